@@ -1,0 +1,16 @@
+"""Real multi-process labs for the DDP course: ``labs.run("replicas", nproc=4)``.
+
+Each lab is a small function run on every rank of a real ``torch.distributed`` process
+group; the launcher (:mod:`labs.launch`) is separate from the lessons.
+"""
+
+from .errors import (LabCheckFailed, LabConfigError, LabError, LabTimeoutError, RankCrashedError,
+                     RankFailedError)
+from .launch import run
+from .registry import all_labs, get_lab
+from .result import Check, LabResult
+
+__all__ = [
+    "Check", "LabCheckFailed", "LabConfigError", "LabError", "LabResult", "LabTimeoutError",
+    "RankCrashedError", "RankFailedError", "all_labs", "get_lab", "run",
+]

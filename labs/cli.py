@@ -1,0 +1,71 @@
+"""``python -m labs``: list labs, or run one on N ranks (spawned here, or in place under torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+
+from . import launch
+from .context import BACKENDS
+from .errors import LabConfigError, LabError
+from .registry import all_labs
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_LAB_ERROR = 0, 1, 2, 3
+
+
+class _KoreanParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"오류: 명령줄 인자가 잘못되었습니다 ({message}). 도움말: python -m labs --help\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _KoreanParser(prog="python -m labs", description="DDP 코스의 실습을 실제 프로세스 그룹에서 실행합니다.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_KoreanParser)
+    sub.add_parser("list", help="실습 목록과 한 줄 설명")
+    run = sub.add_parser("run", help="실습 하나를 N개 랭크로 실행 (torchrun 아래에서는 그 랭크로 실행)")
+    run.add_argument("lab", help="실습 이름 (python -m labs list)")
+    run.add_argument("--nproc", type=int, default=None, help="랭크 수 N (기본: 실습마다 다름; torchrun 아래에서는 무시)")
+    run.add_argument("--backend", default="auto", choices=BACKENDS, help="auto(기본), gloo, nccl")
+    run.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT, help="제한 시간(초)")
+    run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="실습 인자 (여러 번 가능)")
+    run.add_argument("--json", action="store_true", help="결과를 JSON 한 객체로 출력")
+    return parser
+
+
+def parse_params(pairs: list[str]) -> dict:
+    params = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise LabConfigError(f"--param은 KEY=VALUE 형식이어야 합니다. 받은 값: {pair!r}")
+        try:
+            params[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            params[key] = raw
+    return params
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "list":
+        for lab in all_labs().values():
+            print(f"{lab.name:<12} (기본 N={lab.default_nproc})  {lab.description}")
+        return EXIT_OK
+    try:
+        params = parse_params(args.param)
+        if launch.in_torchrun():
+            result = launch.run_in_place(args.lab, args.backend, args.timeout, **params)
+            if result is None:  # not rank 0: rank 0 reports for everyone
+                return EXIT_OK
+        else:
+            result = launch.run(args.lab, args.nproc, args.backend, args.timeout, **params)
+    except LabConfigError as err:
+        print(f"오류: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LabError as err:
+        print(f"실습 실행 실패: {err}", file=sys.stderr)
+        return EXIT_LAB_ERROR
+    print(result.to_json() if args.json else result.report())
+    return EXIT_OK if result.ok else EXIT_CHECK_FAILED

@@ -1,0 +1,56 @@
+"""A lab that fails on purpose: how the launcher reports a raising, hanging or dying rank.
+
+Real DDP jobs fail this way (a shape error on one rank, a rank that skips a collective, an
+OOM kill). Hangs without a message are the most common complaint about distributed code, so
+the launcher turns each of these into a Korean error that names the rank.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from .context import RankContext
+from .registry import Lab
+from .result import LabResult, check_close
+
+MODES = ("none", "raise", "hang", "exit")
+
+
+def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> dict:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if ctx.rank == fault_rank:
+        if mode == "raise":
+            raise RuntimeError(f"의도한 실패: 랭크 {ctx.rank}에서 예외를 일으켰습니다")
+        if mode == "hang":
+            while True:  # 집합 통신에 끝내 나타나지 않는 랭크
+                time.sleep(0.1)
+        if mode == "exit":
+            os._exit(17)  # 결과를 보내지 못하고 죽는 프로세스 (OOM kill과 비슷)
+    # 나머지 랭크는 all_reduce에서 고장 난 랭크를 기다린다.
+    value = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
+    dist.all_reduce(value)
+    return {**ctx.describe(), "sum": float(value.item())}
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    n = len(ranks)
+    expected = n * (n + 1) / 2
+    worst = max(abs(r["sum"] - expected) for r in ranks)
+    checks = [check_close("all_reduce_sum", worst, 0.0, 0.0,
+                          f"고장이 없으면 all_reduce(1+2+…+N) = {expected:g}가 모든 랭크에 도착한다(최대 오차)")]
+    return LabResult("faults", n, backend, ranks, {"expected_sum": expected}, {c.name: c for c in checks})
+
+
+LAB = Lab(
+    name="faults",
+    description="한 랭크가 예외를 내거나(raise), 멈추거나(hang), 죽을 때(exit) 런처가 어느 랭크인지 알려 주는 모습 (기본은 고장 없음)",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=3,
+    defaults={"mode": "none", "fault_rank": 2},
+)
