@@ -1,0 +1,38 @@
+# DDP 코스: `make book` (가상환경 + 사이트 빌드, 실습 실제 실행), `make test` (전체 테스트)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+JB_FLAGS := -W -n --keep-going
+
+.PHONY: book test venv browser serve clean lab-list
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+	touch $@
+
+venv: $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . $(JB_FLAGS)
+
+# 브라우저 테스트용: Debian의 chromium과 한글 글꼴 (없을 때만 설치)
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! fc-list 2>/dev/null | grep -qi "noto sans cjk"; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; \
+	  else echo "chromium/fonts-noto-cjk가 없습니다: sudo apt-get install chromium fonts-noto-cjk 로 설치하세요." >&2; fi; \
+	fi
+
+test: book browser
+	$(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider
+
+serve: book
+	$(BIN)/python -m http.server --directory _build/html 8000
+
+lab-list: $(STAMP)
+	$(BIN)/python -m labs list
+
+clean:
+	rm -rf _build

@@ -1,0 +1,54 @@
+(function () {
+  // 퀴즈 동작: 보기를 누르면 정답/오답과 해설을 보여 주고, 진행 상황을 localStorage에 저장한다.
+  var KEY = "ddp-course-quiz-progress";
+  function load() { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (e) { return {}; } }
+  function save(p) { try { localStorage.setItem(KEY, JSON.stringify(p)); } catch (e) { /* 저장 불가: 무시 */ } }
+  function mark(section, button, remember) {
+    var correct = button.getAttribute("data-correct") === "1";
+    section.querySelectorAll(".ddp-quiz-choice").forEach(function (b) {
+      b.classList.remove("is-correct", "is-wrong"); b.removeAttribute("aria-pressed");
+    });
+    button.classList.add(correct ? "is-correct" : "is-wrong");
+    button.setAttribute("aria-pressed", "true");
+    var fb = section.querySelector(".ddp-quiz-feedback");
+    fb.className = "ddp-quiz-feedback " + (correct ? "is-correct" : "is-wrong");
+    fb.innerHTML = (correct ? "⭕ 정답입니다. " : "❌ 오답입니다. ") + button.getAttribute("data-why") +
+      (correct ? "" : " 다른 보기도 골라 보세요.");
+    section.querySelector(".ddp-quiz-explanation").hidden = !correct;
+    if (remember) {
+      var p = load(), qid = section.getAttribute("data-qid");
+      var choices = Array.prototype.indexOf.call(section.querySelectorAll(".ddp-quiz-choice"), button);
+      p[qid] = { correct: correct, choice: choices, at: Date.now() };
+      save(p);
+    }
+    score(section.closest(".ddp-quiz"));
+  }
+  function score(quiz) {
+    if (!quiz) return;
+    var qs = quiz.querySelectorAll(".ddp-quiz-q"), p = load(), done = 0, right = 0;
+    qs.forEach(function (q) { var s = p[q.getAttribute("data-qid")]; if (s) { done++; if (s.correct) right++; } });
+    quiz.querySelector(".ddp-quiz-score").textContent =
+      "문제 " + qs.length + "개 중 " + done + "개 답함 · 정답 " + right + "개";
+  }
+  function restore() {
+    var p = load();
+    document.querySelectorAll(".ddp-quiz:not([data-ready])").forEach(function (quiz) {
+      quiz.setAttribute("data-ready", "1");
+      quiz.querySelectorAll(".ddp-quiz-q").forEach(function (q) {
+        var s = p[q.getAttribute("data-qid")];
+        var b = s && q.querySelectorAll(".ddp-quiz-choice")[s.choice];
+        if (b) mark(q, b, false);
+      });
+      score(quiz);
+    });
+  }
+  if (!window.__ddpQuizInstalled) {
+    window.__ddpQuizInstalled = true;
+    document.addEventListener("click", function (ev) {
+      var b = ev.target.closest && ev.target.closest(".ddp-quiz-choice");
+      if (b) mark(b.closest(".ddp-quiz-q"), b, true);
+    });
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", restore);
+  }
+  restore();
+})();

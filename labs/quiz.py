@@ -1,0 +1,118 @@
+"""Self-check quizzes: questions live as data (``book/quizzes/*.yml``), rendered as static HTML.
+
+The same HTML works in the built site with no kernel and no network, and in live Jupyter:
+choices are real buttons, feedback and the explanation of every answer are in the page, and a
+small inline script (``quiz.js``) marks answers and keeps progress in the browser's
+localStorage. Ids are derived from the data, so the output is the same on every run.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+QUIZ_DIR = Path(__file__).resolve().parent.parent / "book" / "quizzes"
+_ASSETS = Path(__file__).resolve().parent
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+
+
+class QuizDataError(ValueError):
+    """A quiz file breaks the format (message in Korean)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    text: str
+    correct: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    prompt: str
+    choices: tuple[Choice, ...]
+    explanation: str
+
+
+def load(name: str, quiz_dir: Path = QUIZ_DIR) -> list[Question]:
+    """Load and validate ``<quiz_dir>/<name>.yml``."""
+    path = quiz_dir / f"{name}.yml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in quiz_dir.glob("*.yml")))
+        raise QuizDataError(f"퀴즈 파일이 없습니다: {path}. 있는 퀴즈: {known}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return [_question(name, i, q) for i, q in enumerate(data.get("questions") or [], start=1)] or _empty(name)
+
+
+def _empty(name: str):
+    raise QuizDataError(f"퀴즈 '{name}'에 문제가 하나도 없습니다.")
+
+
+def _question(name: str, number: int, raw: dict) -> Question:
+    where = f"퀴즈 '{name}'의 {number}번 문제"
+    for key in ("id", "question", "choices", "explanation"):
+        if not raw.get(key):
+            raise QuizDataError(f"{where}에 '{key}'가 없습니다.")
+    choices = tuple(Choice(str(c.get("text", "")), bool(c.get("correct")), str(c.get("why", "")))
+                    for c in raw["choices"])
+    if len(choices) < 2:
+        raise QuizDataError(f"{where}: 보기가 2개 이상이어야 합니다.")
+    if sum(c.correct for c in choices) != 1:
+        raise QuizDataError(f"{where}: 정답 보기(correct: true)가 정확히 하나여야 합니다.")
+    for c in choices:
+        if not c.text or not _HANGUL.search(c.why):
+            raise QuizDataError(f"{where}: 모든 보기에 text와 한국어 해설(why)이 있어야 합니다.")
+    if not _HANGUL.search(str(raw["explanation"])):
+        raise QuizDataError(f"{where}: 해설(explanation)은 한국어여야 합니다.")
+    return Question(str(raw["id"]), str(raw["question"]), choices, str(raw["explanation"]))
+
+
+def _inline(text: str) -> str:
+    """Escape text, keeping `code` spans."""
+    parts = re.split(r"`([^`]+)`", text)
+    return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else html.escape(p) for i, p in enumerate(parts))
+
+
+def to_html(name: str, questions: list[Question]) -> str:
+    blocks = []
+    for number, q in enumerate(questions, start=1):
+        buttons = "".join(
+            f'<button type="button" class="ddp-quiz-choice" data-correct="{int(c.correct)}" '
+            f'data-why="{html.escape(_inline(c.why))}">{_inline(c.text)}</button>'
+            for c in q.choices
+        )
+        blocks.append(
+            f'<section class="ddp-quiz-q" data-qid="{html.escape(q.id)}">'
+            f'<p class="ddp-quiz-prompt"><strong>문제 {number}.</strong> {_inline(q.prompt)}</p>'
+            f'<div class="ddp-quiz-choices" role="group" aria-label="문제 {number}의 보기">{buttons}</div>'
+            f'<div class="ddp-quiz-feedback" role="status" aria-live="polite"></div>'
+            f'<div class="ddp-quiz-explanation" hidden><strong>해설</strong> {_inline(q.explanation)}</div>'
+            "</section>"
+        )
+    style = (_ASSETS / "quiz.css").read_text(encoding="utf-8")
+    script = (_ASSETS / "quiz.js").read_text(encoding="utf-8")
+    return (
+        f'<div class="ddp-quiz" data-quiz="{html.escape(name)}">'
+        f'<p class="ddp-quiz-score" aria-live="polite">문제 {len(questions)}개 · 보기를 눌러 답해 보세요.</p>'
+        + "".join(blocks)
+        + f"</div><style>{style}</style><script>{script}</script>"
+    )
+
+
+class Quiz:
+    """Displayable quiz: ``Quiz("01_structure")`` as the last line of a notebook cell."""
+
+    def __init__(self, name: str, quiz_dir: Path = QUIZ_DIR):
+        self.name = name
+        self.questions = load(name, quiz_dir)
+
+    def _repr_html_(self) -> str:
+        return to_html(self.name, self.questions)
+
+    def __repr__(self) -> str:
+        return f"<퀴즈 {self.name}: 문제 {len(self.questions)}개 (HTML을 보여 주는 환경에서 풀 수 있습니다)>"

@@ -1,0 +1,111 @@
+"""Shared helpers for the lab-engine tests: Korean text checks and leftover-process checks."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import psutil
+import pytest
+
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+
+# Environment variables that make ``python -m labs`` believe it runs under torchrun.
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK")
+
+
+def has_hangul(text: str) -> bool:
+    return bool(HANGUL.search(text or ""))
+
+
+def clean_env(**extra: str) -> dict:
+    """os.environ without torchrun's variables (so the CLI takes the spawn path), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
+    env.update(extra)
+    return env
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
+
+
+def _is_mp_helper(p: psutil.Process) -> bool:
+    """The long-lived multiprocessing fork server / resource tracker themselves.
+
+    Careful: rank processes are *forked* from the fork server without exec, so their cmdline
+    also says "forkserver". Only a process whose parent is not a fork server is the server.
+    """
+    cmd = _cmdline(p)
+    if "resource_tracker" in cmd:
+        return True
+    if "forkserver" not in cmd:
+        return False
+    try:
+        parent = p.parent()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return parent is None or "forkserver" not in _cmdline(parent)
+
+
+def live_children(ignore: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Descendants of this test process that are alive, not multiprocessing helpers, not in ``ignore``."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        if p.pid in ignore:
+            continue
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if not _is_mp_helper(p):
+            out.append(p)
+    return out
+
+
+def wait_for_no_children(timeout: float = 5.0, ignore: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Poll until no live non-helper descendant remains; return what is left after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = live_children(ignore)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+def describe(procs: list[psutil.Process]) -> str:
+    rows = []
+    for p in procs:
+        try:
+            rows.append(f"pid={p.pid} ppid={p.ppid()} status={p.status()} cmd={_cmdline(p)[:120]!r}")
+        except psutil.Error:
+            rows.append(f"pid={p.pid} (gone)")
+    return "; ".join(rows)
+
+
+@pytest.fixture
+def no_leftover_children():
+    """A callable ``check(timeout=5.0)`` asserting that every rank process has been stopped.
+
+    Processes that already existed when the test started (another suite's server, say) are
+    ignored. On teardown, anything this test left behind is killed (by pid) so it cannot
+    disturb the next test; the assertion itself is what the test calls.
+    """
+    before = frozenset(p.pid for p in live_children())
+
+    def check(timeout: float = 5.0) -> None:
+        left = wait_for_no_children(timeout, before)
+        assert not left, f"랭크 프로세스가 아직 살아 있습니다: {describe(left)}"
+
+    check.baseline = before
+    yield check
+    for p in live_children(before):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass

@@ -1,0 +1,170 @@
+"""``python -m labs``: list, run (spawned or in place under torchrun), JSON output, exit codes."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import labs
+from labs.cli import EXIT_BAD_INPUT, EXIT_LAB_ERROR, EXIT_OK
+
+from conftest import clean_env, has_hangul
+
+pytestmark = pytest.mark.timeout(120)
+
+REPLICAS_CHECKS = {
+    "distinct_processes", "replicas_differ_before_ddp", "replicas_identical_after_ddp",
+    "equal_to_rank0_initial", "fingerprints_after_ddp", "per_rank_batch_sizes", "global_batch_size",
+    "no_overlap", "full_coverage",
+}
+
+
+def labs_cli(*args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labs", *args], capture_output=True, text=True,
+                          encoding="utf-8", timeout=timeout, env=clean_env(**env))
+
+
+def single_json(stdout: str) -> dict:
+    """Parse stdout as exactly one JSON object (nothing before or after it)."""
+    text = stdout.strip()
+    obj, end = json.JSONDecoder().raw_decode(text)
+    assert text[end:].strip() == "", f"more than one JSON document / extra output: {text[end:][:200]!r}"
+    assert isinstance(obj, dict)
+    return obj
+
+
+def test_list_shows_every_lab_with_korean_description():
+    proc = labs_cli("list")
+
+    assert proc.returncode == EXIT_OK, proc.stderr
+    lines = proc.stdout.splitlines()
+    catalog = labs.all_labs()
+    assert catalog, "the catalog must not be empty"
+    assert len(lines) == len(catalog)
+    for name, lab in catalog.items():
+        matching = [line for line in lines if line.split()[0] == name]
+        assert len(matching) == 1, f"{name} not listed once in {proc.stdout!r}"
+        line = matching[0]
+        assert lab.description in line
+        assert has_hangul(line)
+        assert f"기본 N={lab.default_nproc}" in line
+
+
+def test_run_replicas_json_on_three_ranks():
+    proc = labs_cli("run", "replicas", "--nproc", "3", "--json")
+
+    assert proc.returncode == EXIT_OK, proc.stderr
+    report = single_json(proc.stdout)
+    assert {"lab", "world_size", "backend", "ok", "checks"} <= set(report)
+    assert report["lab"] == "replicas"
+    assert report["world_size"] == 3
+    assert report["backend"] == "gloo"
+    assert report["ok"] is True
+    assert set(report["checks"]) == REPLICAS_CHECKS
+    for name, check in report["checks"].items():
+        assert {"ok", "value", "tolerance", "description"} <= set(check), name
+        assert check["ok"] is True, (name, check)
+        assert has_hangul(check["description"]), name
+    assert report["checks"]["distinct_processes"]["value"] == 3
+    assert report["checks"]["global_batch_size"]["value"] == [3 * 4]
+    identical = report["checks"]["replicas_identical_after_ddp"]
+    assert (identical["value"], identical["tolerance"]) == (0.0, 0.0)
+
+
+def test_run_plain_report_is_korean():
+    proc = labs_cli("run", "faults", "--nproc", "2")
+
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "실습 faults · 월드 크기 N=2 · 백엔드 gloo" in proc.stdout
+    assert "[통과] all_reduce_sum" in proc.stdout
+    assert "결과: 확인 1개 중 1개 통과" in proc.stdout
+
+
+def test_raising_rank_exits_3_and_names_the_rank():
+    proc = labs_cli("run", "faults", "--nproc", "2", "--param", "mode='raise'", "--param", "fault_rank=1")
+
+    assert proc.returncode == EXIT_LAB_ERROR, (proc.returncode, proc.stderr)
+    assert "실습 실행 실패" in proc.stderr
+    assert "랭크 1" in proc.stderr
+    assert "의도한 실패" in proc.stderr
+    assert proc.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("args, fragments", [
+    pytest.param(["run", "replica"], ["오류", "알 수 없는 실습 이름", "혹시 'replicas'"], id="unknown-lab"),
+    pytest.param(["run", "faults", "--nproc", "0"], ["오류", "랭크 수(nproc)", "0"], id="nproc-0"),
+    pytest.param(["run", "faults", "--param", "nope=1"], ["오류", "없는 인자", "nope"], id="unknown-param"),
+    pytest.param(["run", "faults", "--param", "fault_rank"], ["오류", "KEY=VALUE"], id="param-no-equals"),
+    pytest.param(["run", "faults", "--timeout", "0"], ["오류", "timeout"], id="timeout-0"),
+    pytest.param(["run", "faults", "--frobnicate"], ["오류", "명령줄 인자가 잘못되었습니다", "--help"], id="bad-flag"),
+    pytest.param(["run", "faults", "--backend", "mpi"], ["오류", "명령줄 인자가 잘못되었습니다"], id="bad-backend"),
+    pytest.param(["run", "faults", "--nproc", "two"], ["오류", "명령줄 인자가 잘못되었습니다"], id="nproc-not-int"),
+    pytest.param([], ["오류", "명령줄 인자가 잘못되었습니다"], id="no-command"),
+])
+def test_bad_input_exits_2_with_korean_error(args, fragments):
+    proc = labs_cli(*args)
+
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.returncode, proc.stdout, proc.stderr)
+    assert has_hangul(proc.stderr), proc.stderr
+    for fragment in fragments:
+        assert fragment in proc.stderr, f"{fragment!r} not in {proc.stderr!r}"
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip() == ""
+
+
+def _torchelastic_dirs(root: str) -> set[str]:
+    return set(glob.glob(os.path.join(root, "torchelastic_*")))
+
+
+def test_torchrun_in_place_prints_one_report_from_rank_0(tmp_path):
+    # torchrun makes a torchelastic_* folder under TMPDIR: point it at tmp_path so nothing is
+    # left in /tmp (and no other job's folder there is ever touched).
+    system_tmp = tempfile.gettempdir()
+    before = _torchelastic_dirs(system_tmp)
+    env = clean_env(TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+             "-m", "labs", "run", "replicas", "--json"],
+            capture_output=True, text=True, encoding="utf-8", timeout=100, env=env)
+    finally:
+        ours = _torchelastic_dirs(str(tmp_path))
+        if not ours:  # TMPDIR was not honoured: remove what this run created in /tmp
+            for path in _torchelastic_dirs(system_tmp) - before:
+                shutil.rmtree(path, ignore_errors=True)
+
+    assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
+    assert proc.stdout.count('"lab"') == 1, proc.stdout
+    report = single_json(proc.stdout)
+    assert report["lab"] == "replicas"
+    assert report["world_size"] == 2
+    assert report["backend"] == "gloo"
+    assert set(report["checks"]) == REPLICAS_CHECKS
+    assert all(c["ok"] is True for c in report["checks"].values()), report["checks"]
+    assert report["checks"]["distinct_processes"]["value"] == 2
+    assert ours, "torchrun should have used the redirected TMPDIR"
+
+
+def test_in_torchrun_detection(monkeypatch):
+    from labs.launch import in_torchrun
+
+    for key in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    assert in_torchrun() is False
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert in_torchrun() is False  # without MASTER_ADDR this is not an env:// launch
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert in_torchrun() is True
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert in_torchrun() is True

@@ -1,0 +1,288 @@
+"""The built site in a real browser (headless Chromium through Playwright), network blocked.
+
+One local HTTP server (127.0.0.1, port chosen by the OS) serves the site folder; every request
+to another host is aborted and recorded. For every page: no console errors, no uncaught page
+errors, no blocked external requests, no failed requests or HTTP errors, and a full-page
+screenshot in ``_build/screenshots/``. Chapter 1 must render its plotly figure, typeset its
+formulas with MathJax, and have a working quiz whose progress survives a reload.
+
+Site: ``DDP_SITE_DIR`` (default ``<repo>/_build/html``, built by ``make book``).
+Browser: ``DDP_CHROMIUM`` (default ``/usr/bin/chromium``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import site_server  # noqa: E402  (tests/ has no __init__.py; see site_server's docstring)
+
+pytestmark = pytest.mark.timeout(300)
+
+CHAPTER = "book/01_structure.html"
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+VIEWPORT = {"width": 1280, "height": 900}
+NAV_TIMEOUT_MS = 60_000
+RENDER_TIMEOUT_MS = 30_000
+
+# Resolves once MathJax (if the page loads it) has finished its first typesetting pass.
+WAIT_FOR_MATHJAX_JS = """
+async () => {
+  for (let i = 0; i < 200 && !(window.MathJax && window.MathJax.startup && window.MathJax.startup.promise); i++) {
+    if (!document.querySelector('script[src*="mathjax"]')) return 'no-mathjax';
+    await new Promise(r => setTimeout(r, 50));
+  }
+  if (!(window.MathJax && window.MathJax.startup && window.MathJax.startup.promise)) return 'mathjax-not-started';
+  await window.MathJax.startup.promise;
+  return 'typeset';
+}
+"""
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def site_root() -> Path:
+    return site_server.require_site()
+
+
+@pytest.fixture(scope="module")
+def site_url(site_root) -> str:
+    with site_server.serve(site_root) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    executable = site_server.chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:  # pragma: no cover - playwright is pinned in requirements.txt
+        reason = f"playwright 파이썬 패키지가 없습니다 ({exc}). `make venv`로 설치하세요."
+        if os.environ.get("CI"):
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, headless=True, args=site_server.CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Path:
+    return site_server.screenshot_dir()
+
+
+@dataclass
+class Visit:
+    """A browser tab with the network blocked and every problem recorded."""
+
+    page: object
+    base_url: str
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    blocked_urls: set[str] = field(default_factory=set)
+
+    def open(self, rel: str) -> None:
+        response = self.page.goto(self.base_url + rel, wait_until="load", timeout=NAV_TIMEOUT_MS)
+        assert response is not None and response.ok, (
+            f"{rel}를 열 수 없습니다: HTTP {response.status if response else '응답 없음'}"
+        )
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait until the page stops loading things and MathJax has typeset."""
+        self.page.wait_for_load_state("networkidle", timeout=NAV_TIMEOUT_MS)
+        self.page.evaluate(WAIT_FOR_MATHJAX_JS)
+        self.page.wait_for_load_state("networkidle", timeout=NAV_TIMEOUT_MS)
+
+    def problems(self) -> list[str]:
+        return (
+            [f"콘솔 오류: {m}" for m in self.console_errors]
+            + [f"페이지 오류(잡히지 않은 예외): {m}" for m in self.page_errors]
+            + [f"차단된 외부 요청: {m}" for m in self.blocked]
+            + [f"실패한 요청: {m}" for m in self.failed]
+        )
+
+    def assert_clean(self, what: str) -> None:
+        problems = self.problems()
+        assert not problems, f"{what}: 브라우저에서 문제가 발생했습니다:\n" + "\n".join(problems)
+
+
+@pytest.fixture
+def visit(chromium, site_url):
+    """A fresh context (empty localStorage) per test, network limited to the local server."""
+    context = chromium.new_context(viewport=VIEWPORT, locale="ko-KR", service_workers="block")
+    page = context.new_page()
+    v = Visit(page=page, base_url=site_url)
+
+    def route(route):
+        url = route.request.url
+        parts = urlsplit(url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in LOCAL_HOSTS:
+            v.blocked.append(f"{route.request.method} {url} (페이지: {page.url})")
+            v.blocked_urls.add(url)
+            route.abort("blockedbyclient")
+        else:
+            route.continue_()
+
+    def on_console(msg):
+        if msg.type == "error":
+            loc = msg.location or {}
+            where = f" [{loc.get('url', '')}:{loc.get('lineNumber', '')}]" if loc.get("url") else ""
+            v.console_errors.append(f"{msg.text}{where} (페이지: {page.url})")
+
+    def on_request_failed(request):
+        if request.url in v.blocked_urls:
+            return  # already reported as a blocked external request
+        v.failed.append(f"{request.method} {request.url}: {request.failure} (페이지: {page.url})")
+
+    def on_response(response):
+        if response.status >= 400:
+            v.failed.append(f"{response.request.method} {response.url}: HTTP {response.status} (페이지: {page.url})")
+
+    context.route("**/*", route)
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: v.page_errors.append(f"{exc} (페이지: {page.url})"))
+    context.on("requestfailed", on_request_failed)
+    context.on("response", on_response)
+    page.set_default_timeout(RENDER_TIMEOUT_MS)
+    try:
+        yield v
+    finally:
+        context.close()
+
+
+# --------------------------------------------------------------------------- every page
+
+
+@pytest.mark.parametrize("rel", site_server.pages_to_check())
+def test_page_loads_offline_without_errors(visit, site_root, shots, rel):
+    assert (site_root / rel).is_file(), f"빌드된 사이트에 {rel}가 없습니다 ({site_root})."
+    visit.open(rel)
+    page = visit.page
+    page.screenshot(path=str(shots / site_server.screenshot_name(rel)), full_page=True)
+    visit.assert_clean(rel)
+
+    # Whatever the page contains must have rendered.
+    math = page.locator(".math")
+    for i in range(math.count()):
+        el = math.nth(i)
+        assert el.locator("mjx-container").count() >= 1, (
+            f"{rel}: {i + 1}번째 수식이 MathJax로 조판되지 않았습니다: {el.inner_text()[:120]!r}"
+        )
+    errors = page.locator("mjx-merror, [data-mjx-error]")
+    assert errors.count() == 0, (
+        f"{rel}: MathJax 조판 오류 {errors.count()}개: "
+        + "; ".join((errors.nth(i).get_attribute("data-mjx-error") or errors.nth(i).inner_text())
+                    for i in range(min(errors.count(), 5)))
+    )
+    figures = page.locator(".plotly-graph-div")
+    for i in range(figures.count()):
+        fig = figures.nth(i)
+        assert fig.locator(".main-svg").count() >= 1, f"{rel}: {i + 1}번째 plotly 그림이 그려지지 않았습니다."
+        box = fig.bounding_box()
+        assert box and box["height"] > 0, f"{rel}: {i + 1}번째 plotly 그림의 높이가 0입니다 ({box})."
+
+
+def test_root_redirects_to_intro(visit):
+    visit.page.goto(visit.base_url + site_server.REDIRECT_PAGE, wait_until="load", timeout=NAV_TIMEOUT_MS)
+    visit.page.wait_for_url("**/book/intro.html", timeout=RENDER_TIMEOUT_MS)
+    visit.settle()
+    visit.assert_clean(site_server.REDIRECT_PAGE)
+
+
+# --------------------------------------------------------------------------- chapter 1
+
+
+def test_chapter1_plotly_figure_renders(visit):
+    visit.open(CHAPTER)
+    page = visit.page
+    figures = page.locator(".plotly-graph-div")
+    assert figures.count() >= 1, f"{CHAPTER}에 plotly 그림(.plotly-graph-div)이 없습니다."
+    page.locator(".plotly-graph-div .main-svg").first.wait_for(state="attached")
+    rendered = page.locator(".plotly-graph-div .main-svg").count()
+    assert rendered >= 1, f"{CHAPTER}: plotly 그림이 그려지지 않았습니다 (.main-svg 없음)."
+    box = figures.first.bounding_box()
+    assert box is not None and box["height"] > 0, f"{CHAPTER}: plotly 그림의 높이가 0입니다 ({box})."
+    visit.assert_clean(CHAPTER)
+
+
+@pytest.mark.parametrize("rel", [CHAPTER, "book/intro.html"])
+def test_mathjax_typesets_formulas(visit, site_root, rel):
+    has_math = 'class="math' in (site_root / rel).read_text(encoding="utf-8") if (site_root / rel).is_file() else True
+    if rel != CHAPTER and not has_math:
+        pytest.skip(f"{rel}에는 수식이 없습니다.")
+    visit.open(rel)
+    page = visit.page
+    count = page.locator("mjx-container").count()
+    assert count >= 1, f"{rel}: MathJax로 조판된 수식(mjx-container)이 없습니다."
+    assert page.evaluate("() => !!(window.MathJax && window.MathJax.version)"), f"{rel}: MathJax가 로드되지 않았습니다."
+    visit.assert_clean(rel)
+
+
+def test_chapter1_quiz(visit, shots):
+    visit.open(CHAPTER)
+    page = visit.page
+    quiz = page.locator(".ddp-quiz")
+    assert quiz.count() >= 1, f"{CHAPTER}에 퀴즈(.ddp-quiz)가 없습니다."
+    quiz = quiz.first
+    questions = quiz.locator(".ddp-quiz-q")
+    assert questions.count() >= 1, "퀴즈에 문제(.ddp-quiz-q)가 없습니다."
+
+    # Every question: buttons marked data-correct="1"/"0", exactly one correct, feedback and
+    # explanation present, explanation hidden before any answer.
+    for i in range(questions.count()):
+        q = questions.nth(i)
+        marks = [b.get_attribute("data-correct") for b in q.locator(".ddp-quiz-choice").all()]
+        assert len(marks) >= 2 and set(marks) <= {"0", "1"}, f"{i + 1}번 문제의 보기 표시가 이상합니다: {marks}"
+        assert marks.count("1") == 1, f"{i + 1}번 문제의 정답 보기가 정확히 하나가 아닙니다: {marks}"
+        assert q.locator(".ddp-quiz-feedback").count() == 1, f"{i + 1}번 문제에 .ddp-quiz-feedback이 없습니다."
+        assert q.locator(".ddp-quiz-explanation").count() == 1, f"{i + 1}번 문제에 .ddp-quiz-explanation이 없습니다."
+        assert not q.locator(".ddp-quiz-explanation").is_visible(), f"{i + 1}번 문제의 해설이 답하기 전부터 보입니다."
+
+    first = questions.first
+    feedback = first.locator(".ddp-quiz-feedback")
+    explanation = first.locator(".ddp-quiz-explanation")
+    wrong = first.locator('.ddp-quiz-choice[data-correct="0"]').first
+    right = first.locator('.ddp-quiz-choice[data-correct="1"]')
+
+    wrong.click()
+    assert "오답입니다" in feedback.inner_text(), f"오답을 골랐는데 피드백이 다릅니다: {feedback.inner_text()!r}"
+    assert "is-wrong" in (wrong.get_attribute("class") or "").split(), "오답 보기에 is-wrong 클래스가 붙지 않았습니다."
+    assert not explanation.is_visible(), "오답인데 해설이 보입니다."
+
+    right.click()
+    assert "정답입니다" in feedback.inner_text(), f"정답을 골랐는데 피드백이 다릅니다: {feedback.inner_text()!r}"
+    assert "is-correct" in (right.get_attribute("class") or "").split(), "정답 보기에 is-correct 클래스가 붙지 않았습니다."
+    assert explanation.is_visible(), "정답을 골랐는데 해설(.ddp-quiz-explanation)이 보이지 않습니다."
+    score = quiz.locator(".ddp-quiz-score").inner_text()
+    assert "정답 1개" in score, f"점수 표시(.ddp-quiz-score)가 '정답 1개'를 포함하지 않습니다: {score!r}"
+
+    stored = page.evaluate("() => Object.keys(localStorage).filter(k => localStorage.getItem(k)).length")
+    assert stored >= 1, "퀴즈 진행 상황이 localStorage에 저장되지 않았습니다."
+
+    page.reload(wait_until="load", timeout=NAV_TIMEOUT_MS)
+    visit.settle()
+    quiz = page.locator(".ddp-quiz").first
+    first = quiz.locator(".ddp-quiz-q").first
+    restored = first.locator(".ddp-quiz-feedback").inner_text()
+    assert "정답입니다" in restored, f"새로고침 후 답한 상태가 복원되지 않았습니다 (피드백: {restored!r})."
+    assert first.locator(".ddp-quiz-explanation").is_visible(), "새로고침 후 해설이 다시 숨겨졌습니다."
+    score = quiz.locator(".ddp-quiz-score").inner_text()
+    assert "정답 1개" in score, f"새로고침 후 점수 표시가 복원되지 않았습니다: {score!r}"
+
+    first.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / site_server.screenshot_name(CHAPTER, "quiz-desktop")), full_page=True)
+    visit.assert_clean(f"{CHAPTER} (퀴즈)")
