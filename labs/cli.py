@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "list":
         for lab in all_labs().values():
-            print(f"{lab.name:<12} (기본 N={lab.default_nproc})  {lab.description}")
+            where = f"{lab.chapter}장" if lab.chapter < 99 else "부록"
+            print(f"{lab.name:<12} {where:>4} · 기본 N={lab.default_nproc}  {lab.description}")
         return EXIT_OK
     try:
         params = parse_params(args.param)

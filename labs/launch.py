@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from .context import RankContext, check_nproc, device_for, resolve_backend
 from .errors import LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
-from .registry import get_lab
+from .registry import get_lab, lesson_modules
 from .result import LabResult
 
 HOST = "127.0.0.1"
@@ -98,7 +98,7 @@ def _context() -> mp.context.BaseContext:
     # fresh process, so forking never copies a Jupyter kernel's threads.
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["labs.launch", "labs.registry"])
+        ctx.set_forkserver_preload(["labs.launch", *lesson_modules()])
         return ctx
     return mp.get_context("spawn")
 

@@ -11,6 +11,22 @@ def tiny_mlp(in_features: int = 4, hidden: int = 8, out_features: int = 2) -> nn
     return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, out_features))
 
 
+def bn_mlp(in_features: int = 4, hidden: int = 8, out_features: int = 2) -> nn.Module:
+    """The same perceptron with a BatchNorm layer: it has buffers (running mean/var) besides parameters."""
+    return nn.Sequential(nn.Linear(in_features, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
+                         nn.Linear(hidden, out_features))
+
+
+def synthetic_regression(n_samples: int, in_features: int = 4, out_features: int = 2,
+                         seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed, deterministic regression data set ``(X, Y)``: the same on every rank and every run."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_samples, in_features, generator=gen)
+    true_w = torch.randn(in_features, out_features, generator=gen)
+    y = torch.tanh(x @ true_w) + 0.1 * torch.randn(n_samples, out_features, generator=gen)
+    return x, y
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,6 +31,7 @@ class Lab:
     summarize: Summarize
     default_nproc: int = 2
     defaults: dict[str, Any] | None = None
+    chapter: int = 99  # the book chapter that teaches it (orders `python -m labs list`)
 
     def params(self, overrides: dict[str, Any]) -> dict[str, Any]:
         params = dict(self.defaults or {})
@@ -52,12 +56,23 @@ class Lab:
         return self.rank_fn(ctx, **params)
 
 
-def _catalog() -> dict[str, Lab]:
-    # Imported here so that `import labs.registry` stays cheap and free of cycles.
-    from . import faults, replicas
+def lesson_modules() -> list[str]:
+    """Importable names of the lesson modules (without importing them)."""
+    from . import lessons
 
-    labs = (replicas.LAB, faults.LAB)
-    return {lab.name: lab for lab in labs}
+    return [f"{lessons.__name__}.{info.name}" for info in pkgutil.iter_modules(lessons.__path__)]
+
+
+@functools.lru_cache(maxsize=None)
+def _catalog() -> dict[str, Lab]:
+    """Every ``LAB`` defined by a module of :mod:`labs.lessons`, in chapter order."""
+    found = []
+    for name in lesson_modules():
+        module = importlib.import_module(name)
+        if isinstance(getattr(module, "LAB", None), Lab):
+            found.append(module.LAB)
+    found.sort(key=lambda lab: (lab.chapter, lab.name))
+    return {lab.name: lab for lab in found}
 
 
 def all_labs() -> dict[str, Lab]:

@@ -13,9 +13,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from .context import RankContext
-from .registry import Lab
-from .result import LabResult, check_close
+from ..context import RankContext
+from ..registry import Lab
+from ..result import LabResult, check_close
 
 MODES = ("none", "raise", "hang", "exit")
 

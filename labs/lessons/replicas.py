@@ -12,10 +12,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from .context import RankContext
-from .models import count_parameters, fingerprint, flat_parameters, tiny_mlp
-from .registry import Lab
-from .result import LabResult, check_close, check_equal
+from ..context import RankContext
+from ..models import count_parameters, fingerprint, flat_parameters, tiny_mlp
+from ..registry import Lab
+from ..result import LabResult, check_close, check_equal
 
 
 def sampler_shards(dataset_size: int, world_size: int, seed: int = 0, epoch: int = 0) -> list[list[int]]:
@@ -111,5 +111,6 @@ LAB = Lab(
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=4,
+    chapter=1,
     defaults={"per_rank_batch": 4, "steps": 2, "seed_base": 1000, "sampler_seed": 0},
 )

@@ -1,14 +1,10 @@
-"""Live Jupyter controls (ipywidgets) on top of the static figures.
-
-They need a running kernel, so the static site shows the plotly frames/slider version of the
-same picture instead; here the reader can pick any N and B and launch *real* ranks.
-"""
+"""Chapter 1 live control: pick N and B, then launch real ranks and draw what each received."""
 
 from __future__ import annotations
 
-from .launch import run
-from .replicas import sampler_shards
-from .viz import recorded_split_figure
+from ..launch import run
+from ..lessons.replicas import sampler_shards
+from ..viz.structure import recorded_split_figure
 
 
 def batch_split_explorer(max_ranks: int = 8, max_batch: int = 32):
