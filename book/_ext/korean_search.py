@@ -1,0 +1,125 @@
+"""Sphinx extension: a Korean search language, so that 그래디언트 finds 그래디언트를.
+
+Sphinx ships no Korean search language; with ``language: ko`` it indexes with the English
+splitter, which keeps particles (조사) glued to words. This one:
+
+- indexes each 어절 (space-separated word) by its stem from the Kiwi morphological analyzer
+  (the part before the first particle, ending or 하다/되다 suffix), by its content morphemes,
+  and by the word itself;
+- applies the same particle-stripping rule (:func:`strip_particle`) to every indexed word in
+  Python and to every query word in the browser (the JavaScript ``Stemmer`` below is generated
+  from the same particle list), so both sides agree;
+- leaves English words to Sphinx's usual Porter stemmer (all_reduce, NCCL, DistributedDataParallel).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+
+from sphinx.application import Sphinx
+from sphinx.search.en import SearchEnglish, js_porter_stemmer
+
+# 긴 것부터: 가장 긴 조사를 먼저 뗀다.
+PARTICLES = tuple(sorted({
+    "에서는", "에게서", "으로는", "으로써", "으로서", "이라는", "이라고", "에서도", "까지는", "부터는",
+    "에서", "에게", "한테", "으로", "로는", "로써", "로서", "까지", "부터", "처럼", "보다", "마다",
+    "조차", "이나", "라는", "라고", "이고", "이며", "와의", "과의", "에는", "에도", "에만", "만큼",
+    "은", "는", "이", "가", "을", "를", "의", "에", "도", "만", "와", "과", "로", "나",
+}, key=lambda p: (-len(p), p)))
+MIN_STEM = 2  # 조사를 떼고 남는 부분이 두 글자 이상일 때만 뗀다 (길이 → 길 같은 오류 방지)
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+_HANGUL_RUN = re.compile(r"[\uac00-\ud7a3]+")
+_ASCII_WORD = re.compile(r"[A-Za-z0-9_]+")
+# 어간이 끝나는 곳: 조사(J), 어미(E), 용언을 만드는 접미사(하다/되다), 서술격 조사(이다), 보조 용언
+_STEM_END = ("J", "E", "XSV", "XSA", "VCP", "VX")
+_CONTENT = ("NNG", "NNP", "NR", "NP", "XR", "SL", "SH")
+
+
+def strip_particle(word: str) -> str:
+    """Remove one trailing particle from a Hangul word (the same rule runs in the browser)."""
+    for particle in PARTICLES:
+        if word.endswith(particle) and len(word) - len(particle) >= MIN_STEM:
+            return word[: -len(particle)]
+    return word
+
+
+@functools.lru_cache(maxsize=1)
+def _kiwi():
+    from kiwipiepy import Kiwi
+
+    return Kiwi()
+
+
+def korean_terms(text: str) -> list[str]:
+    """Index terms of a text: Kiwi stems and content morphemes of each 어절, and the 어절 itself."""
+    terms: list[str] = []
+    tokens = _kiwi().tokenize(text)
+    for match in re.finditer(r"\S+", text):
+        chunk, start, end = match.group(), match.start(), match.end()
+        terms += _ASCII_WORD.findall(chunk)
+        if not _HANGUL.search(chunk):
+            continue
+        terms += [run for run in _HANGUL_RUN.findall(chunk) if run not in PARTICLES]
+        inside = [t for t in tokens if start <= t.start < end]
+        stem_end = next((t.start for t in inside if t.tag.startswith(_STEM_END)), end)
+        stem = "".join(_HANGUL_RUN.findall(text[start:stem_end]))
+        if stem:
+            terms.append(stem)
+        terms += [t.form for t in inside if t.tag in _CONTENT and _HANGUL.search(t.form)]
+    return terms
+
+
+_JS_KOREAN = """
+var PorterStemmer = %(porter)s;
+var KO_PARTICLES = %(particles)s;
+var KO_MIN_STEM = %(min_stem)d;
+var Stemmer = function() {
+  var porter = new PorterStemmer();
+  this.stemWord = function(word) {
+    if (/[\\uac00-\\ud7a3]/.test(word)) {
+      for (var i = 0; i < KO_PARTICLES.length; i++) {
+        var p = KO_PARTICLES[i];
+        if (word.length - p.length >= KO_MIN_STEM && word.slice(-p.length) === p) {
+          return word.slice(0, -p.length);
+        }
+      }
+      return word;
+    }
+    return porter.stemWord(word);
+  };
+};
+"""
+
+
+def _porter_constructor() -> str:
+    # Sphinx's English stemmer is written as `var Stemmer = function() {...}`; reuse its body.
+    body = js_porter_stemmer.split("var Stemmer = ", 1)[1].rstrip().rstrip(";")
+    return body
+
+
+class SearchKorean(SearchEnglish):
+    lang = "ko"
+    language_name = "Korean"
+    js_stemmer_code = _JS_KOREAN % {
+        "porter": _porter_constructor(),
+        "particles": json.dumps(PARTICLES, ensure_ascii=False),
+        "min_stem": MIN_STEM,
+    }
+
+    def split(self, input: str) -> list[str]:
+        return korean_terms(input)
+
+    def stem(self, word: str) -> str:
+        if _HANGUL.search(word):
+            return strip_particle(word)
+        return super().stem(word)
+
+    def word_filter(self, word: str) -> bool:
+        return bool(word) and word not in self.stopwords and word not in PARTICLES
+
+
+def setup(app: Sphinx) -> dict:
+    app.add_search_language(SearchKorean)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
