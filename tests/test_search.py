@@ -1,0 +1,105 @@
+"""Korean search: 그래디언트 finds pages that only say 그래디언트를, in a real browser."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+from minibook import REPO, build, make_book  # noqa: E402
+from site_server import CHROMIUM_ARGS, chromium_path, require_site, serve  # noqa: E402
+
+sys.path.insert(0, str(REPO / "book" / "_ext"))
+from korean_search import SearchKorean, korean_terms, strip_particle  # noqa: E402
+
+# (검색어, 그 검색어로 찾아져야 하는 페이지): 여러 페이지는 그 낱말을 조사가 붙은 꼴로만 쓴다.
+REAL_SITE_PAIRS = [
+    ("그래디언트", "book/intro.html"),        # 이 페이지에는 '그래디언트를'만 있다
+    ("복제본", "book/intro.html"),            # '복제본은'만 있다
+    ("백엔드", "book/intro.html"),            # '백엔드로'만 있다
+    ("그래디언트", "book/01_structure.html"),
+    ("복제본", "book/01_structure.html"),
+    ("동기화", "book/01_structure.html"),
+    ("브로드캐스트", "book/01_structure.html"),
+    ("패딩", "book/01_structure.html"),
+    ("평균", "book/01_structure.html"),
+    ("미니배치", "book/glossary.html"),
+    ("랭크", "book/intro.html"),
+    ("DistributedDataParallel", "book/01_structure.html"),
+    ("DistributedSampler", "book/01_structure.html"),
+    ("NCCL", "book/intro.html"),
+    ("gloo", "book/01_structure.html"),
+]
+
+
+@pytest.mark.parametrize("word, stem", [
+    ("그래디언트를", "그래디언트"), ("복제본은", "복제본"), ("랭크마다", "랭크"), ("버킷에서는", "버킷"),
+    ("동기화가", "동기화"), ("길이", "길이"), ("평가", "평가"), ("그래디언트", "그래디언트"),
+])
+def test_strip_particle(word, stem):
+    assert strip_particle(word) == stem
+
+
+def test_index_terms_separate_particles_and_endings():
+    terms = korean_terms("복제본은 그래디언트를 평균내고 동기화한다. DDP가 all_reduce로 버킷에서 보낸다")
+    for expected in ("복제본", "그래디언트", "평균", "동기화", "DDP", "all_reduce", "버킷"):
+        assert expected in terms, f"{expected} not in {terms}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _search(browser, base_url: str, query: str) -> list[str]:
+    page = browser.new_page()
+    try:
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base_url)
+                   else route.abort())
+        page.goto(f"{base_url}search.html?q={query}")
+        page.wait_for_selector("#search-results p.search-summary", timeout=15000)
+        hrefs = page.eval_on_selector_all("#search-results ul.search li a",
+                                          "els => els.map(e => e.getAttribute('href'))")
+        return sorted({h.split("#")[0].split("?")[0] for h in hrefs})
+    finally:
+        page.close()
+
+
+def test_browser_stemmer_matches_python(browser):
+    """The query side (JavaScript) strips particles exactly like the index side (Python)."""
+    words = ["그래디언트를", "복제본은", "랭크마다", "길이", "평가", "버킷에서는", "DistributedDataParallel",
+             "all_reduce", "gradients", "동기화가", "NCCL로"]
+    page = browser.new_page()
+    try:
+        js = SearchKorean.js_stemmer_code + "\nconst s = new Stemmer(); return WORDS.map(w => s.stemWord(w.toLowerCase()));"
+        got = page.evaluate(f"(WORDS) => {{ {js} }}", words)
+    finally:
+        page.close()
+    lang = SearchKorean({})
+    assert got == [lang.stem(w.lower()) for w in words]
+
+
+def test_bare_word_finds_page_with_only_inflected_forms(tmp_path, browser):
+    page = ("# 조사 시험\n\n복제본은 서로 같다. 그래디언트를 평균낸다. 랭크마다 동기화한다. "
+            "버킷에서 보낸다. DDP가 all_reduce로 합친다.\n")
+    book = make_book(tmp_path, {"book/intro.md": "# 소개\n\n다른 내용.\n", "book/josa.md": page})
+    proc = build(book)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with serve(book / "_build" / "html") as base:
+        for query in ("복제본", "그래디언트", "랭크", "동기화", "버킷", "DDP", "all_reduce", "그래디언트를"):
+            assert "book/josa.html" in _search(browser, base, query), query
+
+
+def test_real_site_search_pairs(browser):
+    site = require_site()
+    with serve(site) as base:
+        misses = [(q, page) for q, page in REAL_SITE_PAIRS if page not in _search(browser, base, q)]
+    assert not misses, f"검색 결과에 없는 (검색어, 페이지): {misses}"
