@@ -12,7 +12,7 @@
     button.setAttribute("aria-pressed", "true");
     var fb = section.querySelector(".ddp-quiz-feedback");
     fb.className = "ddp-quiz-feedback " + (correct ? "is-correct" : "is-wrong");
-    fb.innerHTML = (correct ? "⭕ 정답입니다. " : "❌ 오답입니다. ") + button.getAttribute("data-why") +
+    fb.innerHTML = (correct ? "○ 정답입니다. " : "× 오답입니다. ") + button.getAttribute("data-why") +
       (correct ? "" : " 다른 보기도 골라 보세요.");
     section.querySelector(".ddp-quiz-explanation").hidden = !correct;
     if (remember) {

@@ -14,11 +14,21 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+    from playwright.sync_api import sync_playwright
+except ImportError as exc:  # pragma: no cover - playwright is pinned in requirements.txt
+    PLAYWRIGHT_MISSING = str(exc)
+    PlaywrightTimeoutError = TimeoutError
+else:
+    PLAYWRIGHT_MISSING = ""
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402  (tests/ has no __init__.py; see site_server's docstring)
@@ -30,6 +40,8 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 VIEWPORT = {"width": 1280, "height": 900}
 NAV_TIMEOUT_MS = 60_000
 RENDER_TIMEOUT_MS = 30_000
+QUIET_S = 0.5
+UI_TIMEOUT_S = 5.0
 
 # Resolves once MathJax (if the page loads it) has finished its first typesetting pass.
 WAIT_FOR_MATHJAX_JS = """
@@ -62,10 +74,8 @@ def site_url(site_root) -> str:
 @pytest.fixture(scope="module")
 def chromium():
     executable = site_server.chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as exc:  # pragma: no cover - playwright is pinned in requirements.txt
-        reason = f"playwright 파이썬 패키지가 없습니다 ({exc}). `make venv`로 설치하세요."
+    if PLAYWRIGHT_MISSING:
+        reason = f"playwright 파이썬 패키지가 없습니다 ({PLAYWRIGHT_MISSING}). `make venv`로 설치하세요."
         if os.environ.get("CI"):
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
@@ -82,17 +92,23 @@ def shots() -> Path:
     return site_server.screenshot_dir()
 
 
-@dataclass
+@dataclass(repr=False)
 class Visit:
     """A browser tab with the network blocked and every problem recorded."""
 
     page: object
     base_url: str
+    site: Path
     console_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     blocked_urls: set[str] = field(default_factory=set)
+    in_flight: dict[object, str] = field(default_factory=dict)
+    last_activity: float = field(default_factory=time.monotonic)
+
+    def __repr__(self) -> str:
+        return f"<Visit {self.page.url}: 문제 {len(self.problems())}개>"
 
     def open(self, rel: str) -> None:
         response = self.page.goto(self.base_url + rel, wait_until="load", timeout=NAV_TIMEOUT_MS)
@@ -101,11 +117,36 @@ class Visit:
         )
         self.settle()
 
+    def wait_network_quiet(self) -> None:
+        """No request in flight for QUIET_S seconds. (Playwright's "networkidle" never fires on
+        pages with plotly figures, so the requests are counted here.)"""
+        deadline = time.monotonic() + NAV_TIMEOUT_MS / 1000
+        while self.in_flight or time.monotonic() - self.last_activity < QUIET_S:
+            assert time.monotonic() < deadline, (
+                f"{self.page.url}: 요청이 끝나지 않습니다: {sorted(self.in_flight.values())}"
+            )
+            self.page.wait_for_timeout(100)
+
     def settle(self) -> None:
         """Wait until the page stops loading things and MathJax has typeset."""
-        self.page.wait_for_load_state("networkidle", timeout=NAV_TIMEOUT_MS)
-        self.page.evaluate(WAIT_FOR_MATHJAX_JS)
-        self.page.wait_for_load_state("networkidle", timeout=NAV_TIMEOUT_MS)
+        self.wait_network_quiet()
+        state = self.page.evaluate(WAIT_FOR_MATHJAX_JS)
+        assert state != "mathjax-not-started", f"{self.page.url}: MathJax 스크립트가 있는데 시작되지 않았습니다."
+        self.wait_network_quiet()
+        self.check_favicon()
+
+    def check_favicon(self) -> None:
+        """Without <link rel="icon"> the browser fetches /favicon.ico from the server root on its
+        own (outside the page's request events, sometimes after the test is done); check that
+        deterministically instead of depending on when its console error arrives."""
+        if self.page.locator('link[rel~="icon"]').count() == 0 and not (self.site / "favicon.ico").is_file():
+            problem = (
+                f"GET {self.base_url}favicon.ico: HTTP 404 (페이지: {self.page.url}) — "
+                '페이지에 <link rel="icon">이 없어 브라우저가 서버 루트의 /favicon.ico를 스스로 요청합니다. '
+                "Sphinx 설정 html_favicon으로 _static/ 안의 아이콘을 지정하세요."
+            )
+            if problem not in self.failed:
+                self.failed.append(problem)
 
     def problems(self) -> list[str]:
         return (
@@ -121,11 +162,12 @@ class Visit:
 
 
 @pytest.fixture
-def visit(chromium, site_url):
+def visit(chromium, site_url, site_root):
     """A fresh context (empty localStorage) per test, network limited to the local server."""
     context = chromium.new_context(viewport=VIEWPORT, locale="ko-KR", service_workers="block")
     page = context.new_page()
-    v = Visit(page=page, base_url=site_url)
+    v = Visit(page=page, base_url=site_url, site=site_root)
+    favicon = site_url + "favicon.ico"
 
     def route(route):
         url = route.request.url
@@ -138,12 +180,24 @@ def visit(chromium, site_url):
             route.continue_()
 
     def on_console(msg):
-        if msg.type == "error":
-            loc = msg.location or {}
-            where = f" [{loc.get('url', '')}:{loc.get('lineNumber', '')}]" if loc.get("url") else ""
-            v.console_errors.append(f"{msg.text}{where} (페이지: {page.url})")
+        if msg.type != "error":
+            return
+        loc = msg.location or {}
+        if loc.get("url") == favicon:
+            return  # reported deterministically by Visit.check_favicon
+        where = f" [{loc.get('url')}:{loc.get('lineNumber')}:{loc.get('columnNumber')}]" if loc.get("url") else ""
+        v.console_errors.append(f"{msg.text}{where} (페이지: {page.url})")
+
+    def on_request(request):
+        v.in_flight[request] = request.url
+        v.last_activity = time.monotonic()
+
+    def on_request_done(request):
+        v.in_flight.pop(request, None)
+        v.last_activity = time.monotonic()
 
     def on_request_failed(request):
+        on_request_done(request)
         if request.url in v.blocked_urls:
             return  # already reported as a blocked external request
         v.failed.append(f"{request.method} {request.url}: {request.failure} (페이지: {page.url})")
@@ -155,6 +209,8 @@ def visit(chromium, site_url):
     context.route("**/*", route)
     page.on("console", on_console)
     page.on("pageerror", lambda exc: v.page_errors.append(f"{exc} (페이지: {page.url})"))
+    context.on("request", on_request)
+    context.on("requestfinished", on_request_done)
     context.on("requestfailed", on_request_failed)
     context.on("response", on_response)
     page.set_default_timeout(RENDER_TIMEOUT_MS)
@@ -162,6 +218,26 @@ def visit(chromium, site_url):
         yield v
     finally:
         context.close()
+
+
+def _poll(get, ok=bool, timeout_s: float = UI_TIMEOUT_S):
+    """``get()`` until ``ok(value)`` or ``timeout_s``; returns the last value (short messages,
+    unlike Playwright's ``expect``, which dumps the whole page on failure)."""
+    deadline = time.monotonic() + timeout_s
+    value = get()
+    while not ok(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = get()
+    return value
+
+
+def _rendered(locator) -> bool:
+    """True once ``locator`` matches an element (waits up to RENDER_TIMEOUT_MS)."""
+    try:
+        locator.first.wait_for(state="attached", timeout=RENDER_TIMEOUT_MS)
+    except PlaywrightTimeoutError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- every page
@@ -191,7 +267,7 @@ def test_page_loads_offline_without_errors(visit, site_root, shots, rel):
     figures = page.locator(".plotly-graph-div")
     for i in range(figures.count()):
         fig = figures.nth(i)
-        assert fig.locator(".main-svg").count() >= 1, f"{rel}: {i + 1}번째 plotly 그림이 그려지지 않았습니다."
+        assert _rendered(fig.locator(".main-svg")), f"{rel}: {i + 1}번째 plotly 그림이 그려지지 않았습니다 (.main-svg 없음)."
         box = fig.bounding_box()
         assert box and box["height"] > 0, f"{rel}: {i + 1}번째 plotly 그림의 높이가 0입니다 ({box})."
 
@@ -211,9 +287,9 @@ def test_chapter1_plotly_figure_renders(visit):
     page = visit.page
     figures = page.locator(".plotly-graph-div")
     assert figures.count() >= 1, f"{CHAPTER}에 plotly 그림(.plotly-graph-div)이 없습니다."
-    page.locator(".plotly-graph-div .main-svg").first.wait_for(state="attached")
-    rendered = page.locator(".plotly-graph-div .main-svg").count()
-    assert rendered >= 1, f"{CHAPTER}: plotly 그림이 그려지지 않았습니다 (.main-svg 없음)."
+    assert _rendered(page.locator(".plotly-graph-div .main-svg")), (
+        f"{CHAPTER}: plotly 그림이 그려지지 않았습니다 (.plotly-graph-div .main-svg 없음)."
+    )
     box = figures.first.bounding_box()
     assert box is not None and box["height"] > 0, f"{CHAPTER}: plotly 그림의 높이가 0입니다 ({box})."
     visit.assert_clean(CHAPTER)
@@ -259,16 +335,20 @@ def test_chapter1_quiz(visit, shots):
     right = first.locator('.ddp-quiz-choice[data-correct="1"]')
 
     wrong.click()
-    assert "오답입니다" in feedback.inner_text(), f"오답을 골랐는데 피드백이 다릅니다: {feedback.inner_text()!r}"
-    assert "is-wrong" in (wrong.get_attribute("class") or "").split(), "오답 보기에 is-wrong 클래스가 붙지 않았습니다."
-    assert not explanation.is_visible(), "오답인데 해설이 보입니다."
+    text = _poll(lambda: feedback.inner_text(), lambda t: "오답입니다" in t)
+    assert "오답입니다" in text, f"오답을 골랐는데 피드백에 '오답입니다'가 없습니다: {text!r}"
+    classes = _poll(lambda: wrong.get_attribute("class") or "", lambda c: "is-wrong" in c.split())
+    assert "is-wrong" in classes.split(), f"오답 보기에 is-wrong 클래스가 붙지 않았습니다: class={classes!r}"
+    assert not explanation.is_visible(), "오답인데 해설(.ddp-quiz-explanation)이 보입니다."
 
     right.click()
-    assert "정답입니다" in feedback.inner_text(), f"정답을 골랐는데 피드백이 다릅니다: {feedback.inner_text()!r}"
-    assert "is-correct" in (right.get_attribute("class") or "").split(), "정답 보기에 is-correct 클래스가 붙지 않았습니다."
-    assert explanation.is_visible(), "정답을 골랐는데 해설(.ddp-quiz-explanation)이 보이지 않습니다."
-    score = quiz.locator(".ddp-quiz-score").inner_text()
-    assert "정답 1개" in score, f"점수 표시(.ddp-quiz-score)가 '정답 1개'를 포함하지 않습니다: {score!r}"
+    text = _poll(lambda: feedback.inner_text(), lambda t: "정답입니다" in t)
+    assert "정답입니다" in text, f"정답을 골랐는데 피드백에 '정답입니다'가 없습니다: {text!r}"
+    classes = _poll(lambda: right.get_attribute("class") or "", lambda c: "is-correct" in c.split())
+    assert "is-correct" in classes.split(), f"정답 보기에 is-correct 클래스가 붙지 않았습니다: class={classes!r}"
+    assert _poll(explanation.is_visible), "정답을 골랐는데 해설(.ddp-quiz-explanation)이 보이지 않습니다."
+    score = _poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
+    assert "정답 1개" in score, f"점수 표시(.ddp-quiz-score)에 '정답 1개'가 없습니다: {score!r}"
 
     stored = page.evaluate("() => Object.keys(localStorage).filter(k => localStorage.getItem(k)).length")
     assert stored >= 1, "퀴즈 진행 상황이 localStorage에 저장되지 않았습니다."
@@ -277,12 +357,13 @@ def test_chapter1_quiz(visit, shots):
     visit.settle()
     quiz = page.locator(".ddp-quiz").first
     first = quiz.locator(".ddp-quiz-q").first
-    restored = first.locator(".ddp-quiz-feedback").inner_text()
-    assert "정답입니다" in restored, f"새로고침 후 답한 상태가 복원되지 않았습니다 (피드백: {restored!r})."
-    assert first.locator(".ddp-quiz-explanation").is_visible(), "새로고침 후 해설이 다시 숨겨졌습니다."
-    score = quiz.locator(".ddp-quiz-score").inner_text()
+    restored = _poll(lambda: first.locator(".ddp-quiz-feedback").inner_text(), lambda t: "정답입니다" in t)
+    assert "정답입니다" in restored, f"새로고침 후 답한 상태가 localStorage에서 복원되지 않았습니다 (피드백: {restored!r})."
+    assert _poll(first.locator(".ddp-quiz-explanation").is_visible), "새로고침 후 해설이 다시 숨겨졌습니다."
+    score = _poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
     assert "정답 1개" in score, f"새로고침 후 점수 표시가 복원되지 않았습니다: {score!r}"
 
-    first.scroll_into_view_if_needed()
-    page.screenshot(path=str(shots / site_server.screenshot_name(CHAPTER, "quiz-desktop")), full_page=True)
+    # The viewport at the answered question (the full page is in 01_structure-desktop.png).
+    first.evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(shots / site_server.screenshot_name(CHAPTER, "quiz-desktop")))
     visit.assert_clean(f"{CHAPTER} (퀴즈)")

@@ -34,7 +34,7 @@ def _split_points(shards: list[list[int]], batch: int, n_points: int) -> dict:
             x[i], y[i], colors[i], opacity[i], text[i] = float(slot), float(rank + 1), rank_color(rank), 1.0, str(sample)
             hover[i] = f"샘플 {sample} → 랭크 {rank}{tag}"
     return {"x": x, "y": y, "text": text, "hovertext": hover, "textfont": {"color": text_colors, "size": 11},
-            "marker": {"color": colors, "symbol": symbols, "opacity": opacity, "size": 24,
+            "marker": {"color": colors, "symbol": symbols, "opacity": opacity, "size": 21,
                        "line": {"width": 2, "color": colors}}}
 
 
@@ -50,7 +50,7 @@ def _count_labels(shards: list[list[int]], batch: int, max_ranks: int) -> dict:
 
 
 def _lane_labels(n: int | None, max_ranks: int) -> dict:
-    labels = ["전체 배치 B"] + [f"랭크 {r}" if n and r < n else "" for r in range(max_ranks)]
+    labels = ["전체 B"] + [f"랭크 {r}" if n and r < n else "" for r in range(max_ranks)]
     return {"x": [-0.8] * (max_ranks + 1), "y": [float(i) for i in range(max_ranks + 1)], "text": labels}
 
 
@@ -90,9 +90,8 @@ def batch_split_figure(batch_sizes=(8, 12, 16), world_sizes=(1, 2, 3, 4, 8), see
     fig.frames = [frame(names[0], None)] + [frame(f"N={n}", n) for n in world_sizes]
     visible = [[j == i for j in range(len(batch_sizes))] * 2 + [True] for i in range(len(batch_sizes))]
     fig.update_layout(
-        height=430, margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        title={"text": "DistributedSampler가 전체 배치 B를 N개 랭크에 나누는 모습", "font": {"size": 15}},
-        xaxis={"visible": False, "range": [-3.4, max(batch_sizes) + 1.8], "fixedrange": True},
+        height=400, margin={"l": 6, "r": 6, "t": 16, "b": 10},
+        xaxis={"visible": False, "range": [-2.6, max(batch_sizes) + 1.8], "fixedrange": True},
         yaxis={"visible": False, "range": [4.7, -0.7], "fixedrange": True},
         plot_bgcolor="rgba(0,0,0,0)", paper_bgcolor="rgba(0,0,0,0)",
         updatemenus=[
