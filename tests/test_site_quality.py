@@ -1,0 +1,128 @@
+"""Reader experience in a real browser: accessibility (axe-core), phone width, dark mode,
+and what every chapter page offers (its notebook, the GPU-node command)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from site_server import (CHROMIUM_ARGS, chromium_path, pages_to_check, require_site,  # noqa: E402
+                         screenshot_dir, screenshot_name, serve)
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+CHAPTER = re.compile(r"book/\d\d_[a-z_]+\.html$")
+PAGES = pages_to_check()
+CHAPTERS = [p for p in PAGES if CHAPTER.search(p)]
+
+# 코드 블록, 그림, 표, 수식은 안에서 가로 스크롤이 허용된다. 그 밖의 요소는 화면 폭을 넘으면 안 된다.
+OVERFLOW_JS = """() => {
+  const width = document.documentElement.clientWidth;
+  const allowed = 'pre, .highlight, .plotly-graph-div, figure, table, mjx-container, .MathJax, .cell_output';
+  const bad = [];
+  for (const el of document.querySelectorAll('.bd-article *')) {
+    const box = el.getBoundingClientRect();
+    if (box.width && box.right > width + 1 && !el.closest(allowed)) bad.push(el.tagName.toLowerCase() + '.' + el.className);
+  }
+  return {width, scrollWidth: document.documentElement.scrollWidth, bad: bad.slice(0, 10)};
+}"""
+
+# 글자색과 (투명하지 않은 조상까지 올라가 찾은) 배경색의 명도 대비 (WCAG 공식)
+CONTRAST_JS = """(selector) => {
+  const rgb = s => (s.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => [r, g, b].map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+    .reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const background = el => { for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor);
+    if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c.slice(0, 3); } return [255, 255, 255]; };
+  return Array.from(document.querySelectorAll(selector)).slice(0, 20).map(el => {
+    const a = lum(rgb(getComputedStyle(el).color)), b = lum(background(el));
+    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  });
+}"""
+
+
+@pytest.fixture(scope="module")
+def site_url():
+    with serve(require_site()) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _open(browser, base: str, page_path: str, **context_options):
+    context = browser.new_context(**context_options)
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
+    page = context.new_page()
+    page.goto(base + page_path)
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(800)  # plotly와 MathJax가 그릴 시간
+    return context, page
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_no_serious_accessibility_violations(browser, site_url, page_path):
+    import axe_playwright_python
+
+    axe = Path(axe_playwright_python.__file__).parent / "axe.min.js"
+    context, page = _open(browser, site_url, page_path, viewport=DESKTOP)
+    try:
+        page.add_script_tag(path=str(axe))
+        violations = page.evaluate(
+            "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+            ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))")
+    finally:
+        context.close()
+    serious = [v for v in violations if v["impact"] in ("serious", "critical")]
+    assert not serious, f"{page_path}: 접근성 위반(serious/critical) {serious}"
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_phone_width_has_no_horizontal_overflow(browser, site_url, page_path):
+    context, page = _open(browser, site_url, page_path, viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        result = page.evaluate(OVERFLOW_JS)
+        figure_widths = page.eval_on_selector_all(".plotly-graph-div", "els => els.map(e => e.getBoundingClientRect().width)")
+        page.screenshot(path=str(screenshot_dir() / screenshot_name(page_path, "phone")), full_page=True)
+    finally:
+        context.close()
+    assert result["scrollWidth"] <= result["width"] + 1 and not result["bad"], f"{page_path}: 가로 넘침 {result}"
+    assert all(w <= PHONE["width"] for w in figure_widths), f"{page_path}: plotly 그림 폭 {figure_widths}"
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_dark_mode_text_is_readable(browser, site_url, page_path):
+    context, page = _open(browser, site_url, page_path, viewport=DESKTOP, color_scheme="dark")
+    try:
+        page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=10000)
+        ratios = page.evaluate(CONTRAST_JS, ".bd-content p, .bd-content li, .bd-content h1, .ddp-quiz-prompt, "
+                                            ".ddp-quiz-choice, .lab-table td")
+        page.screenshot(path=str(screenshot_dir() / screenshot_name(page_path, "dark")))
+    finally:
+        context.close()
+    assert ratios, f"{page_path}: 대비를 잴 글자가 없습니다"
+    assert min(ratios) >= 4.5, f"{page_path}: 어두운 테마에서 명도 대비가 낮음 (최소 {min(ratios):.2f})"
+
+
+@pytest.mark.parametrize("page_path", CHAPTERS)
+def test_chapter_offers_notebook_and_gpu_command(page_path):
+    html = (require_site() / page_path).read_text(encoding="utf-8")
+    stem = Path(page_path).stem
+    assert f'_sources/book/{stem}.ipynb"' in html, f"{page_path}: .ipynb 내려받기 링크가 없습니다"
+    text = re.sub(r"<[^>]+>", "", html)
+    assert "python -m labs run" in text and "torchrun" in text, f"{page_path}: GPU 노드 실행 명령이 없습니다"
+
+
+def test_every_chapter_has_a_page():
+    assert CHAPTERS, "장 페이지(book/NN_이름.html)가 하나도 없습니다"
