@@ -13,6 +13,7 @@ group from torchrun's environment and rank 0 gathers the records.
 from __future__ import annotations
 
 import faulthandler
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -43,6 +44,7 @@ _CAUSE_GRACE = 0.5
 # Errors a rank gets only because a *peer* failed: never the root cause when another exists.
 _PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Socket closed|Timed out waiting")
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
+_RANK_TIMEOUT_MARGIN = 30.0
 
 
 def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
@@ -55,15 +57,20 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     lab = get_lab(lab_name)
     nproc = lab.default_nproc if nproc is None else nproc
     check_nproc(nproc)
-    if not timeout or timeout <= 0:
-        raise LabConfigError(f"timeout은 0보다 큰 초 단위 값이어야 합니다. 받은 값: {timeout!r}")
-    params = lab.params(params)
+    check_timeout(timeout)
+    params = lab.params(params, nproc)
     resolved = resolve_backend(backend, nproc)
     started = time.perf_counter()
     records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
     result = lab.summarize(records, resolved, params)
     result.data.setdefault("wall_seconds", time.perf_counter() - started)
     return result
+
+
+def check_timeout(timeout) -> None:
+    ok = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0
+    if not ok:
+        raise LabConfigError(f"timeout은 0보다 큰 유한한 초 단위 숫자여야 합니다. 받은 값: {timeout!r}")
 
 
 def in_torchrun() -> bool:
@@ -76,9 +83,10 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
                  **params) -> LabResult | None:
     """Run as one rank of a torchrun job. Returns the result on rank 0, ``None`` elsewhere."""
     lab = get_lab(lab_name)
-    params = lab.params(params)
+    check_timeout(timeout)
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
+    params = lab.params(params, world_size)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     resolved = resolve_backend(backend, local_world)
@@ -105,7 +113,8 @@ def _context() -> mp.context.BaseContext:
 
 def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: float) -> list:
     """Start ``nproc`` processes, each running the lab's rank function; return records by rank."""
-    store = dist.TCPStore(HOST, 0, None, True, timedelta(seconds=timeout), wait_for_workers=False)
+    store = dist.TCPStore(HOST, 0, None, True, timedelta(seconds=timeout + _RANK_TIMEOUT_MARGIN),
+                          wait_for_workers=False)
     ctx = _context()
     results = ctx.Queue()
     stacks = tempfile.TemporaryDirectory(prefix="ddp-lab-stacks-")
@@ -230,9 +239,10 @@ def _rank_main(lab_name: str, rank: int, world_size: int, backend: str, port: in
         if sys.platform.startswith("linux"):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this machine
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-        store = dist.TCPStore(HOST, port, None, False, timedelta(seconds=timeout))
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout))
+        # 랭크 쪽 제한 시간은 런처의 마감보다 길게 둔다: 멈춘 랭크는 런처가 먼저 찾아 보고한다.
+        rank_timeout = timedelta(seconds=timeout + _RANK_TIMEOUT_MARGIN)
+        store = dist.TCPStore(HOST, port, None, False, rank_timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=rank_timeout)
         ctx = RankContext(rank, world_size, rank, backend, device_for(backend, rank))
         record = get_lab(lab_name).run_rank(ctx, params)
         payload = pickle.dumps(record)

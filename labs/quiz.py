@@ -45,20 +45,45 @@ def load(name: str, quiz_dir: Path = QUIZ_DIR) -> list[Question]:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in quiz_dir.glob("*.yml")))
         raise QuizDataError(f"퀴즈 파일이 없습니다: {path}. 있는 퀴즈: {known}")
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return [_question(name, i, q) for i, q in enumerate(data.get("questions") or [], start=1)] or _empty(name)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise QuizDataError(f"퀴즈 파일 {path.name}의 YAML 문법이 잘못되었습니다: {err}") from None
+    raw_questions = data.get("questions") if isinstance(data, dict) else None
+    if not isinstance(raw_questions, list) or not raw_questions:
+        raise QuizDataError(f"퀴즈 '{name}'에는 문제 목록(questions:)이 있어야 합니다.")
+    questions = [_question(name, i, q) for i, q in enumerate(raw_questions, start=1)]
+    _check_unique_ids(questions, f"퀴즈 '{name}'")
+    return questions
 
 
-def _empty(name: str):
-    raise QuizDataError(f"퀴즈 '{name}'에 문제가 하나도 없습니다.")
+def load_all(quiz_dir: Path = QUIZ_DIR) -> dict[str, list[Question]]:
+    """Every quiz of the book; question ids must be unique across the book (progress is keyed by id)."""
+    quizzes = {path.stem: load(path.stem, quiz_dir) for path in sorted(quiz_dir.glob("*.yml"))}
+    _check_unique_ids([q for qs in quizzes.values() for q in qs], "책 전체")
+    return quizzes
 
 
-def _question(name: str, number: int, raw: dict) -> Question:
+def _check_unique_ids(questions: list[Question], where: str) -> None:
+    seen = set()
+    for q in questions:
+        if q.id in seen:
+            raise QuizDataError(f"{where}에 문제 id '{q.id}'가 두 번 나옵니다. id는 책 전체에서 하나뿐이어야 합니다.")
+        seen.add(q.id)
+
+
+def _question(name: str, number: int, raw) -> Question:
     where = f"퀴즈 '{name}'의 {number}번 문제"
+    if not isinstance(raw, dict):
+        raise QuizDataError(f"{where}는 id, question, choices, explanation을 가진 항목이어야 합니다.")
     for key in ("id", "question", "choices", "explanation"):
         if not raw.get(key):
             raise QuizDataError(f"{where}에 '{key}'가 없습니다.")
-    choices = tuple(Choice(str(c.get("text", "")), bool(c.get("correct")), str(c.get("why", "")))
+    if not isinstance(raw["choices"], list) or not all(isinstance(c, dict) for c in raw["choices"]):
+        raise QuizDataError(f"{where}: choices는 text/correct/why를 가진 항목의 목록이어야 합니다.")
+    if any(not isinstance(c.get("correct", False), bool) for c in raw["choices"]):
+        raise QuizDataError(f"{where}: correct에는 true 또는 false만 쓸 수 있습니다(따옴표 없이).")
+    choices = tuple(Choice(str(c.get("text", "")), c.get("correct", False), str(c.get("why", "")))
                     for c in raw["choices"])
     if len(choices) < 2:
         raise QuizDataError(f"{where}: 보기가 2개 이상이어야 합니다.")

@@ -31,9 +31,12 @@ class Lab:
     summarize: Summarize
     default_nproc: int = 2
     defaults: dict[str, Any] | None = None
+    # Extra checks of the parameters for a given world size; raises LabConfigError.
+    validate: Callable[[dict, int], None] | None = None
     chapter: int = 99  # the book chapter that teaches it (orders `python -m labs list`)
 
-    def params(self, overrides: dict[str, Any]) -> dict[str, Any]:
+    def params(self, overrides: dict[str, Any], world_size: int) -> dict[str, Any]:
+        """Defaults merged with ``overrides``, type-checked and validated for ``world_size`` ranks."""
         params = dict(self.defaults or {})
         unknown = set(overrides) - set(params)
         if unknown:
@@ -50,6 +53,8 @@ class Lab:
             if expected is int and "seed" not in key and "rank" not in key and value < 1:
                 raise LabConfigError(f"실습 '{self.name}'의 인자 {key}는 1 이상이어야 합니다. 받은 값: {value!r}")
         params.update(overrides)
+        if self.validate:
+            self.validate(params, world_size)
         return params
 
     def run_rank(self, ctx: RankContext, params: dict[str, Any]) -> dict:

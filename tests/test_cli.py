@@ -9,12 +9,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
 import labs
-from labs.cli import EXIT_BAD_INPUT, EXIT_LAB_ERROR, EXIT_OK
+from labs.cli import EXIT_BAD_INPUT, EXIT_LAB_ERROR, EXIT_OK, main
 
 from conftest import clean_env, has_hangul
 
@@ -48,7 +47,8 @@ def test_list_shows_every_lab_with_korean_description():
     lines = proc.stdout.splitlines()
     catalog = labs.all_labs()
     assert catalog, "the catalog must not be empty"
-    assert len(lines) == len(catalog)
+    listed = [line.split()[0] for line in lines if line.strip()]
+    assert listed == list(catalog), f"list must show the catalog in order: {proc.stdout!r}"
     for name, lab in catalog.items():
         matching = [line for line in lines if line.split()[0] == name]
         assert len(matching) == 1, f"{name} not listed once in {proc.stdout!r}"
@@ -79,13 +79,15 @@ def test_run_replicas_json_on_three_ranks():
     assert (identical["value"], identical["tolerance"]) == (0.0, 0.0)
 
 
-def test_run_plain_report_is_korean():
-    proc = labs_cli("run", "faults", "--nproc", "2")
+def test_run_plain_report_is_korean(capsys):
+    # in-process through cli.main (a subprocess costs an import of torch and every lesson)
+    code = main(["run", "faults", "--nproc", "2"])
 
-    assert proc.returncode == EXIT_OK, proc.stderr
-    assert "실습 faults · 월드 크기 N=2 · 백엔드 gloo" in proc.stdout
-    assert "[통과] all_reduce_sum" in proc.stdout
-    assert "결과: 확인 1개 중 1개 통과" in proc.stdout
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "실습 faults · 월드 크기 N=2 · 백엔드 gloo" in out
+    assert "[통과] all_reduce_sum" in out
+    assert "결과: 확인 1개 중 1개 통과" in out
 
 
 def test_raising_rank_exits_3_and_names_the_rank():
@@ -98,26 +100,44 @@ def test_raising_rank_exits_3_and_names_the_rank():
     assert proc.stdout.strip() == ""
 
 
+def _assert_korean_bad_input(code, stdout: str, stderr: str, fragments: list[str]) -> None:
+    assert code == EXIT_BAD_INPUT, (code, stdout, stderr)
+    assert has_hangul(stderr), stderr
+    for fragment in fragments:
+        assert fragment in stderr, f"{fragment!r} not in {stderr!r}"
+    assert "Traceback" not in stderr
+    assert stdout.strip() == ""
+
+
 @pytest.mark.parametrize("args, fragments", [
     pytest.param(["run", "replica"], ["오류", "알 수 없는 실습 이름", "혹시 'replicas'"], id="unknown-lab"),
     pytest.param(["run", "faults", "--nproc", "0"], ["오류", "랭크 수(nproc)", "0"], id="nproc-0"),
-    pytest.param(["run", "faults", "--param", "nope=1"], ["오류", "없는 인자", "nope"], id="unknown-param"),
-    pytest.param(["run", "faults", "--param", "fault_rank"], ["오류", "KEY=VALUE"], id="param-no-equals"),
-    pytest.param(["run", "faults", "--timeout", "0"], ["오류", "timeout"], id="timeout-0"),
     pytest.param(["run", "faults", "--frobnicate"], ["오류", "명령줄 인자가 잘못되었습니다", "--help"], id="bad-flag"),
-    pytest.param(["run", "faults", "--backend", "mpi"], ["오류", "명령줄 인자가 잘못되었습니다"], id="bad-backend"),
-    pytest.param(["run", "faults", "--nproc", "two"], ["오류", "명령줄 인자가 잘못되었습니다"], id="nproc-not-int"),
-    pytest.param([], ["오류", "명령줄 인자가 잘못되었습니다"], id="no-command"),
 ])
 def test_bad_input_exits_2_with_korean_error(args, fragments):
     proc = labs_cli(*args)
 
-    assert proc.returncode == EXIT_BAD_INPUT, (proc.returncode, proc.stdout, proc.stderr)
-    assert has_hangul(proc.stderr), proc.stderr
-    for fragment in fragments:
-        assert fragment in proc.stderr, f"{fragment!r} not in {proc.stderr!r}"
-    assert "Traceback" not in proc.stderr
-    assert proc.stdout.strip() == ""
+    _assert_korean_bad_input(proc.returncode, proc.stdout, proc.stderr, fragments)
+
+
+@pytest.mark.parametrize("args, fragments", [
+    pytest.param(["run", "faults", "--param", "nope=1"], ["오류", "없는 인자", "nope"], id="unknown-param"),
+    pytest.param(["run", "faults", "--param", "fault_rank"], ["오류", "KEY=VALUE"], id="param-no-equals"),
+    pytest.param(["run", "faults", "--param", "fault_rank=1.5"], ["오류", "fault_rank", "정수"], id="param-float"),
+    pytest.param(["run", "faults", "--timeout", "0"], ["오류", "timeout"], id="timeout-0"),
+    pytest.param(["run", "faults", "--backend", "mpi"], ["오류", "명령줄 인자가 잘못되었습니다"], id="bad-backend"),
+    pytest.param(["run", "faults", "--nproc", "two"], ["오류", "명령줄 인자가 잘못되었습니다"], id="nproc-not-int"),
+    pytest.param([], ["오류", "명령줄 인자가 잘못되었습니다"], id="no-command"),
+])
+def test_bad_input_in_process_returns_2_with_korean_error(capsys, args, fragments):
+    # the same cli.main as above, without paying for a fresh interpreter per case
+    try:
+        code = main(args)
+    except SystemExit as exit_:  # argparse errors leave through parser.exit()
+        code = exit_.code
+    captured = capsys.readouterr()
+
+    _assert_korean_bad_input(code, captured.out, captured.err, fragments)
 
 
 def _torchelastic_dirs(root: str) -> set[str]:

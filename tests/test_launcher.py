@@ -69,7 +69,13 @@ def test_single_rank(no_leftover_children):
 
 # ----------------------------------------------------------------------------- failure paths
 
-def test_raising_rank_is_named_with_its_traceback(no_leftover_children):
+@pytest.fixture(scope="module")
+def warm_launcher():
+    """Start the fork server (it imports torch and every lesson) before anything is timed."""
+    labs.run("faults", nproc=1)
+
+
+def test_raising_rank_is_named_with_its_traceback(warm_launcher, no_leftover_children):
     started = time.monotonic()
     with pytest.raises(RankFailedError) as info:
         labs.run("faults", nproc=3, mode="raise", fault_rank=2)
@@ -90,7 +96,7 @@ def test_raising_rank_is_named_with_its_traceback(no_leftover_children):
     no_leftover_children()
 
 
-def test_dying_rank_is_reported_with_exit_code(no_leftover_children):
+def test_dying_rank_is_reported_with_exit_code(warm_launcher, no_leftover_children):
     started = time.monotonic()
     with pytest.raises(RankCrashedError) as info:
         labs.run("faults", nproc=3, mode="exit", fault_rank=1)
@@ -105,7 +111,7 @@ def test_dying_rank_is_reported_with_exit_code(no_leftover_children):
     no_leftover_children()
 
 
-def test_hanging_rank_times_out_and_says_where_each_rank_is(no_leftover_children):
+def test_hanging_rank_times_out_and_says_where_each_rank_is(warm_launcher, no_leftover_children):
     # While the run hangs, check that the leftover-process helper really sees the ranks; this
     # keeps the "nothing left" assertion below from passing vacuously.
     seen: list[int] = []
@@ -151,6 +157,7 @@ def spawn_forbidden(monkeypatch, no_leftover_children):
         raise AssertionError("bad input must be rejected before spawning any rank")
 
     monkeypatch.setattr(labs.launch, "spawn_ranks", forbidden)
+    labs.all_labs()  # import every lesson now, so the timing below measures validation only
     yield calls
     assert calls == []
     no_leftover_children(timeout=0.0)
@@ -175,6 +182,12 @@ BAD_INPUT = [
     pytest.param(("faults",), {"nproc": 2, "mode": 3}, ["mode", "문자열"], id="param-not-str"),
     pytest.param(("faults",), {"nproc": 2, "timeout": 0}, ["timeout", "0보다 큰"], id="timeout=0"),
     pytest.param(("faults",), {"nproc": 2, "timeout": -5}, ["timeout", "-5"], id="timeout<0"),
+    pytest.param(("faults",), {"nproc": 2, "timeout": float("nan")}, ["timeout", "유한한"], id="timeout-nan"),
+    pytest.param(("faults",), {"nproc": 2, "timeout": float("inf")}, ["timeout", "유한한"], id="timeout-inf"),
+    pytest.param(("faults",), {"nproc": 2, "timeout": True}, ["timeout", "True"], id="timeout-bool"),
+    pytest.param(("faults",), {"nproc": 2, "mode": "bogus"}, ["mode", "raise", "'bogus'"], id="faults-mode"),
+    pytest.param(("faults",), {"nproc": 2, "mode": "raise", "fault_rank": 5}, ["fault_rank", "N-1=1"],
+                 id="fault-rank-range"),
 ]
 
 
@@ -244,7 +257,7 @@ def test_unknown_backend_is_refused_before_counting_gpus():
 
 # ----------------------------------------------------------------------------- concurrency
 
-def test_two_concurrent_launches_use_different_ports(monkeypatch, no_leftover_children):
+def test_two_concurrent_launches_use_different_ports(monkeypatch, warm_launcher, no_leftover_children):
     real_store = dist.TCPStore
     ports: list[int] = []
     lock = threading.Lock()

@@ -199,8 +199,41 @@ def test_invalid_question_is_refused_in_korean(tmp_path, mutate, fragment):
 def test_quiz_without_questions_is_refused(tmp_path):
     write_quiz(tmp_path, "empty", {"questions": []})
 
-    with pytest.raises(QuizDataError, match="문제가 하나도 없습니다"):
+    with pytest.raises(QuizDataError, match="문제 목록"):
         quiz.load("empty", tmp_path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("questions: [\n  - id: x\n", "YAML 문법"),
+    ("- 1\n- 2\n", "문제 목록"),
+    ("", "문제 목록"),
+    ("questions:\n  - 그냥 문자열\n", "항목이어야"),
+])
+def test_malformed_quiz_files_get_korean_errors(tmp_path, text, message):
+    (tmp_path / "bad.yml").write_text(text, encoding="utf-8")
+    with pytest.raises(QuizDataError, match=message):
+        quiz.load("bad", tmp_path)
+
+
+def test_correct_must_be_a_real_boolean(tmp_path):
+    data = copy.deepcopy(GOOD)
+    data["questions"][0]["choices"][1]["correct"] = "false"
+    write_quiz(tmp_path, "strbool", data)
+    with pytest.raises(QuizDataError, match="true 또는 false"):
+        quiz.load("strbool", tmp_path)
+
+
+def test_duplicate_ids_are_refused_within_and_across_quizzes(tmp_path):
+    data = copy.deepcopy(GOOD)
+    data["questions"].append(copy.deepcopy(data["questions"][0]))
+    write_quiz(tmp_path, "dup", data)
+    with pytest.raises(QuizDataError, match="두 번"):
+        quiz.load("dup", tmp_path)
+    (tmp_path / "dup.yml").unlink()
+    write_quiz(tmp_path, "a", GOOD)
+    write_quiz(tmp_path, "b", GOOD)
+    with pytest.raises(QuizDataError, match="책 전체"):
+        quiz.load_all(tmp_path)
 
 
 def test_missing_quiz_file_lists_existing_ones(tmp_path):

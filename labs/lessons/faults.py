@@ -14,15 +14,21 @@ import torch
 import torch.distributed as dist
 
 from ..context import RankContext
+from ..errors import LabConfigError
 from ..registry import Lab
 from ..result import LabResult, check_close
 
 MODES = ("none", "raise", "hang", "exit")
 
 
+def validate(params: dict, world_size: int) -> None:
+    if params["mode"] not in MODES:
+        raise LabConfigError(f"faults의 mode는 {', '.join(MODES)} 중 하나여야 합니다. 받은 값: {params['mode']!r}")
+    if params["mode"] != "none" and not 0 <= params["fault_rank"] < world_size:
+        raise LabConfigError(f"fault_rank는 0 이상 N-1={world_size - 1} 이하여야 합니다. 받은 값: {params['fault_rank']}")
+
+
 def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> dict:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if ctx.rank == fault_rank:
         if mode == "raise":
             raise RuntimeError(f"의도한 실패: 랭크 {ctx.rank}에서 예외를 일으켰습니다")
@@ -53,4 +59,5 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=3,
     defaults={"mode": "none", "fault_rank": 2},
+    validate=validate,
 )
