@@ -1,6 +1,6 @@
 (function () {
   // 퀴즈 동작: 보기를 누르면 정답/오답과 해설을 보여 주고, 진행 상황을 localStorage에 저장한다.
-  var KEY = "ddp-course-quiz-progress";
+  var KEY = "__STORAGE_KEY__";
   function load() { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (e) { return {}; } }
   function save(p) { try { localStorage.setItem(KEY, JSON.stringify(p)); } catch (e) { /* 저장 불가: 무시 */ } }
   function mark(section, button, remember) {

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 QUIZ_DIR = Path(__file__).resolve().parent.parent / "book" / "quizzes"
+STORAGE_KEY = "ddp-course-quiz-progress"  # localStorage key of the reader's answers (quiz.js, progress table)
 _ASSETS = Path(__file__).resolve().parent
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
@@ -120,7 +121,7 @@ def to_html(name: str, questions: list[Question]) -> str:
             "</section>"
         )
     style = (_ASSETS / "quiz.css").read_text(encoding="utf-8")
-    script = (_ASSETS / "quiz.js").read_text(encoding="utf-8")
+    script = (_ASSETS / "quiz.js").read_text(encoding="utf-8").replace("__STORAGE_KEY__", STORAGE_KEY)
     return (
         f'<div class="ddp-quiz" data-quiz="{html.escape(name)}">'
         f'<p class="ddp-quiz-score" aria-live="polite">문제 {len(questions)}개 · 보기를 눌러 답해 보세요.</p>'

@@ -126,3 +126,22 @@ def test_chapter_offers_notebook_and_gpu_command(page_path):
 
 def test_every_chapter_has_a_page():
     assert CHAPTERS, "장 페이지(book/NN_이름.html)가 하나도 없습니다"
+
+
+def test_intro_shows_quiz_progress_saved_in_the_browser(browser, site_url):
+    context, page = _open(browser, site_url, "book/01_structure.html", viewport=DESKTOP)
+    try:
+        first = page.locator(".ddp-quiz-q").first
+        first.locator('.ddp-quiz-choice[data-correct="0"]').first.click()
+        first.locator('.ddp-quiz-choice[data-correct="1"]').click()
+        page.locator(".ddp-quiz-q").nth(1).locator('.ddp-quiz-choice[data-correct="0"]').first.click()
+        page.goto(site_url + "book/intro.html")
+        row = page.locator('.ddp-progress tr:has(a[href="01_structure.html"])')
+        answered = row.locator(".answered").inner_text()
+        right = row.locator(".right").inner_text()
+        summary = page.locator(".ddp-progress-summary").inner_text()
+    finally:
+        context.close()
+    assert answered.startswith("2 / "), answered
+    assert right == "1", right
+    assert "2문제를 풀었고, 1문제를 맞혔습니다" in summary, summary

@@ -1,0 +1,96 @@
+"""Sphinx extension: the ``{quiz-progress}`` directive, a table of the reader's quiz progress.
+
+The quizzes (``book/quizzes/*.yml``, rendered by ``labs.quiz``) store each answer in the
+browser's localStorage under one key; this table reads the same key and shows, per chapter,
+how many questions were answered and answered correctly. It needs no kernel and no network.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.util.docutils import SphinxDirective
+
+
+_SCRIPT = """
+(function () {
+  var box = document.currentScript.previousElementSibling, progress = {};
+  try { progress = JSON.parse(localStorage.getItem(%(key)s) || "{}"); } catch (e) {}
+  var totalAnswered = 0, totalRight = 0, total = 0;
+  box.querySelectorAll("tr[data-ids]").forEach(function (row) {
+    var ids = JSON.parse(row.getAttribute("data-ids")), answered = 0, right = 0;
+    ids.forEach(function (id) { var p = progress[id]; if (p) { answered++; if (p.correct) right++; } });
+    row.querySelector(".answered").textContent = answered + " / " + ids.length;
+    row.querySelector(".right").textContent = right;
+    totalAnswered += answered; totalRight += right; total += ids.length;
+  });
+  box.querySelector(".ddp-progress-summary").textContent = total
+    ? "전체 " + total + "문제 중 " + totalAnswered + "문제를 풀었고, " + totalRight + "문제를 맞혔습니다."
+    : "아직 퀴즈가 없습니다.";
+})();
+"""
+
+
+class quiz_progress(nodes.General, nodes.Element):
+    """Placeholder, filled in once every chapter's title is known."""
+
+
+class QuizProgressDirective(SphinxDirective):
+    has_content = False
+
+    def run(self):
+        if not hasattr(self.env, "quiz_progress_docs"):
+            self.env.quiz_progress_docs = set()
+        self.env.quiz_progress_docs.add(self.env.docname)
+        return [quiz_progress()]
+
+
+def _render(app: Sphinx, docname: str) -> str:
+    from labs.quiz import STORAGE_KEY, load_all
+
+    rows = []
+    for name, questions in load_all().items():
+        chapter = f"book/{name}"
+        title = app.env.titles[chapter].astext() if chapter in app.env.titles else name
+        href = app.builder.get_relative_uri(docname, chapter) if chapter in app.env.found_docs else "#"
+        ids = json.dumps([q.id for q in questions])
+        rows.append(f'<tr data-ids="{html.escape(ids)}"><td><a href="{href}">{html.escape(title)}</a></td>'
+                    f'<td class="answered">0 / {len(questions)}</td><td class="right">0</td></tr>')
+    return (
+        '<div class="ddp-progress"><p class="ddp-progress-summary" aria-live="polite"></p>'
+        '<table class="lab-table"><caption>장별 확인 문제 진행 상황 (이 브라우저에 저장됨)</caption>'
+        '<thead><tr><th scope="col">장</th><th scope="col">푼 문제</th><th scope="col">맞힌 문제</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table></div>'
+        f"<script>{_SCRIPT % {'key': json.dumps(STORAGE_KEY)}}</script>"
+    )
+
+
+def _fill(app: Sphinx, doctree, docname: str) -> None:
+    for node in doctree.findall(quiz_progress):
+        node.replace_self(nodes.raw("", _render(app, docname), format="html"))
+
+
+def _always_rewrite(app: Sphinx, env, added, changed, removed) -> list[str]:
+    # The table depends on the quiz files, which Sphinx does not track: re-render its pages every build.
+    return sorted(getattr(env, "quiz_progress_docs", set()) - set(removed))
+
+
+def _purge(app: Sphinx, env, docname: str) -> None:
+    getattr(env, "quiz_progress_docs", set()).discard(docname)
+
+
+def _merge(app: Sphinx, env, docnames, other) -> None:
+    env.quiz_progress_docs = getattr(env, "quiz_progress_docs", set()) | getattr(other, "quiz_progress_docs", set())
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("env-get-outdated", _always_rewrite)
+    app.connect("env-purge-doc", _purge)
+    app.connect("env-merge-info", _merge)
+    app.add_node(quiz_progress)
+    app.add_directive("quiz-progress", QuizProgressDirective)
+    app.connect("doctree-resolved", _fill)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
