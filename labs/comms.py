@@ -56,3 +56,57 @@ class CollectiveCounter:
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
+
+
+from torch.autograd.profiler import profile as _autograd_profile  # noqa: E402
+
+
+class _AutogradProfile(_autograd_profile):
+    """The profiler that ``torch.profiler.profile`` wraps, with the same ``events()`` accessor."""
+
+    def events(self):
+        return self.function_events
+
+
+class QuickCollectiveCounter(CollectiveCounter):
+    """:class:`CollectiveCounter` without the first-use cost of ``torch.profiler.profile``.
+
+    ``torch.profiler.profile`` imports ``torch._inductor`` the first time it starts (seconds of
+    CPU in every fresh rank process); the autograd profiler underneath it records the same
+    process-group events and starts in milliseconds, so labs that count many short blocks use this.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._prof = _AutogradProfile(use_cpu=True)
+
+
+# C++ type names the profiler reports for a work item's input, as torch dtype names.
+_PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64", "int": "int32",
+                    "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool"}
+
+
+class CollectiveRecorder(QuickCollectiveCounter):
+    """A :class:`QuickCollectiveCounter` that also keeps what each collective carried.
+
+    ``items`` lists, in launch order, ``{"op": "broadcast", "numel": 16, "dtype": "float32"}``:
+    the element count and dtype of the work item's first input tensor, as the profiler saw it.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._prof = _AutogradProfile(use_cpu=True, record_shapes=True)
+        self.items: list[dict] = []
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        for event in sorted(self._prof.events(), key=lambda e: e.time_range.start):
+            if event.name.startswith(BACKEND_PREFIXES):
+                shape = (event.input_shapes or [[]])[0]
+                dtypes = getattr(event, "input_dtypes", None) or [""]
+                numel = 1
+                for size in shape:
+                    numel *= size
+                self.items.append({"op": event.name.split(":", 1)[1], "numel": numel if shape else 0,
+                                   "dtype": _PROFILER_DTYPES.get(dtypes[0], dtypes[0])})
+

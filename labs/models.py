@@ -44,3 +44,45 @@ def fingerprint(model: nn.Module) -> str:
     for p in model.parameters():
         digest.update(p.detach().to("cpu").contiguous().numpy().tobytes())
     return digest.hexdigest()[:12]
+
+
+def mse_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float = 1.0) -> float:
+    """Forward ``x``, the mean squared error against ``y`` (times ``scale``), and backward.
+
+    The loss is the *mean* over the samples given, like every ``nn`` loss by default; under DDP
+    this backward is where the gradient All-Reduce happens. Returns the loss value.
+    """
+    loss = nn.functional.mse_loss(model(x), y) * scale
+    loss.backward()
+    return float(loss.detach())
+
+
+def flat_gradients(model: nn.Module) -> torch.Tensor:
+    """All ``.grad`` tensors as one float64 CPU vector (zeros where a gradient is missing)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1)
+                      .to("cpu", torch.float64) for p in model.parameters()])
+
+
+def rank_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world_size: int, per_rank_batch: int,
+               step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s mini-batch of step ``step``: the global batch ``step`` has N·(B/N) rows, cut in rank order."""
+    start = (step * world_size + rank) * per_rank_batch
+    return x[start:start + per_rank_batch], y[start:start + per_rank_batch]
+
+
+def wrap_ddp(model: nn.Module, device: torch.device, **ddp_kwargs) -> nn.Module:
+    """Move ``model`` to ``device`` and wrap it in DDP (one GPU per rank with CUDA, as torchrun does)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model.to(device), device_ids=device_ids, **ddp_kwargs)
+
+
+def fingerprint_tensors(tensors) -> str:
+    """The same kind of short hash as :func:`fingerprint`, for any tensors (results, optimizer state)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for t in tensors:
+        digest.update(t.detach().to("cpu").contiguous().numpy().tobytes())
+    return digest.hexdigest()[:12]

@@ -101,7 +101,7 @@ class LabResult:
     def _repr_html_(self) -> str:
         rows = []
         for c in self.checks.values():
-            mark = "✅ 통과" if c.ok else "❌ 실패"
+            mark = '<span class="check-ok">○ 통과</span>' if c.ok else '<span class="check-fail">× 실패</span>'
             tol = "—" if c.tolerance is None else html.escape(_fmt(c.tolerance))
             rows.append(
                 f"<tr><td>{mark}</td><td><code>{html.escape(c.name)}</code></td>"

@@ -1,0 +1,142 @@
+"""Chapter 3 lab: local gradients differ per rank; DDP averages them inside ``loss.backward()``.
+
+On every rank, for the same model and the rank's own mini-batch:
+
+1. the LOCAL gradient ``g_i``: forward and backward inside ``ddp.no_sync()`` (no communication);
+2. the DDP gradient: the same forward and backward without ``no_sync``. A hook on one parameter
+   records the gradient autograd hands it during backward, and a recorder counts the
+   collectives around ``loss.backward()`` only;
+3. ``optimizer.step()``, also inside a recorder.
+
+The summary gathers every rank's ``g_i`` and compares the DDP gradient with their mean.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..comms import CollectiveRecorder
+from ..context import RankContext
+from ..models import count_parameters, flat_gradients, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..registry import Lab
+from ..result import Check, LabResult, check_close, check_equal
+
+
+def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_seed: int) -> dict:
+    torch.manual_seed(seed)
+    ddp = wrap_ddp(tiny_mlp(), ctx.device)
+    data = synthetic_regression(ctx.world_size * per_rank_batch, seed=data_seed)
+    x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
+    watched = ddp.module[0].weight  # 첫 층: 역전파에서 그래디언트가 가장 늦게 나오는 파라미터
+
+    # 1) 로컬 그래디언트 g_i: no_sync() 안에서는 순전파·역전파 모두 통신 없이 끝난다
+    with ddp.no_sync(), CollectiveRecorder() as local_comm:
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+    local = flat_gradients(ddp.module)
+    ddp.zero_grad(set_to_none=True)
+
+    # 2) DDP 그래디언트: 같은 계산, 이번에는 loss.backward() 안에서 All-Reduce가 일어난다
+    seen_in_backward = []  # 훅: autograd가 이 파라미터의 그래디언트를 막 계산한 순간의 값
+    hook = watched.register_hook(lambda grad: seen_in_backward.append(grad.detach().cpu().reshape(-1).tolist()))
+    loss = nn.functional.mse_loss(ddp(x), y)
+    with CollectiveRecorder() as backward_comm:
+        loss.backward()
+    hook.remove()
+    synced = flat_gradients(ddp.module)       # backward가 돌아온 직후의 .grad
+
+    # 3) 옵티마이저 스텝: w ← w − η g (통신 없음)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    with CollectiveRecorder() as step_comm:
+        optimizer.step()
+
+    return {
+        **ctx.describe(),
+        "loss": float(loss.detach()),
+        "n_params": count_parameters(ddp.module),
+        "watched_numel": watched.numel(),
+        "param_shapes": [[name, list(p.shape)] for name, p in ddp.module.named_parameters()],
+        "local_grad": local.tolist(),
+        "hook_grad": seen_in_backward[0],
+        "ddp_grad": synced.tolist(),
+        "comm": {"no_sync_backward": local_comm.as_dict(), "backward": backward_comm.as_dict(),
+                 "step": step_comm.as_dict()},
+        "backward_items": backward_comm.items,
+    }
+
+
+def _vectors(ranks: list[dict], key: str) -> torch.Tensor:
+    return torch.tensor([r[key] for r in ranks], dtype=torch.float64)
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+def gradient_summary(ranks: list[dict]) -> dict:
+    """Local gradients, their mean and sum, and the DDP gradients, as rows of one tensor each."""
+    local, synced = _vectors(ranks, "local_grad"), _vectors(ranks, "ddp_grad")
+    return {"local": local, "mean": local.mean(dim=0), "sum": local.sum(dim=0), "ddp": synced}
+
+
+def _comm_checks(ranks: list[dict]) -> list[Check]:
+    def total(phase: str) -> int:
+        return sum(sum(r["comm"][phase].values()) for r in ranks)
+
+    fewest = min(r["comm"]["backward"].get("all_reduce", 0) for r in ranks)
+    carried = sorted({sum(i["numel"] for i in r["backward_items"] if i["op"] == "all_reduce") for r in ranks})
+    return [
+        check_equal("no_sync_no_comm", total("no_sync_backward"), 0,
+                    "no_sync() 안의 순전파·역전파에서는 집합 통신이 한 번도 없다(모든 랭크 합계)"),
+        Check("backward_all_reduces", fewest >= 1, fewest, None,
+              "DDP 모델의 loss.backward() 안에서 all_reduce가 1번 이상 실행된다(랭크 중 최솟값)"),
+        check_equal("all_reduce_carries_all_grads", carried, [ranks[0]["n_params"]],
+                    f"역전파의 all_reduce가 나른 원소 수 = 모델의 파라미터 수 {ranks[0]['n_params']}개(그래디언트 전부)"),
+        check_equal("step_no_comm", total("step"), 0,
+                    "optimizer.step()에서는 집합 통신이 없다(모든 랭크 합계)"),
+    ]
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    n = len(ranks)
+    g = gradient_summary(ranks)
+    watched = ranks[0]["watched_numel"]
+    hook = _vectors(ranks, "hook_grad")
+    distinct_local = len({tuple(round(v, 9) for v in row) for row in g["local"].tolist()})
+    ratio = float(g["sum"].norm() / g["ddp"][0].norm())
+    checks = [
+        check_equal("local_grads_differ", distinct_local, n,
+                    "로컬 그래디언트 g_i가 랭크마다 다르다(서로 다른 벡터의 개수; N=1이면 1개로 자명)"),
+        check_close("hook_sees_local_grad", _max_abs(hook, g["local"][:, :watched]), 0.0, 1e-6,
+                    "역전파 도중 훅이 본 첫 층 가중치의 그래디언트 = 그 랭크의 로컬 그래디언트(최대 절대 차이)"),
+        check_close("ddp_grads_identical", _max_abs(g["ddp"], g["ddp"][0]), 0.0, 0.0,
+                    "loss.backward()가 돌아온 직후의 그래디언트가 모든 랭크에서 비트 단위까지 같다(랭크 0과의 최대 차이)"),
+        check_close("ddp_grad_is_mean", _max_abs(g["ddp"], g["mean"]), 0.0, 1e-6,
+                    "DDP 그래디언트 = 로컬 그래디언트의 평균 (1/N) Σ g_i (float32 계산, 최대 절대 차이)"),
+        check_close("not_the_sum", ratio, float(n), 1e-4 * n,
+                    f"‖Σ g_i‖ / ‖DDP 그래디언트‖ = N = {n}: 합이 아니라 합을 N으로 나눈 평균이다(N=1이면 합과 평균이 같다)"),
+        *_comm_checks(ranks),
+    ]
+    data = {
+        "n_params": ranks[0]["n_params"],
+        "local_norms": g["local"].norm(dim=1).tolist(),
+        "ddp_norms": g["ddp"].norm(dim=1).tolist(),
+        "mean": g["mean"].tolist(),
+        "sum": g["sum"].tolist(),
+        "losses": [r["loss"] for r in ranks],
+        "comm": {phase: ranks[0]["comm"][phase] for phase in ranks[0]["comm"]},
+        "backward_items": ranks[0]["backward_items"],
+    }
+    return LabResult("backward", n, backend, ranks, data, {c.name: c for c in checks})
+
+
+LAB = Lab(
+    name="backward",
+    description="랭크마다 다른 로컬 그래디언트가 loss.backward() 안의 All-Reduce로 모든 랭크에서 같은 평균 그래디언트가 되는지 확인",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=4,
+    chapter=3,
+    defaults={"per_rank_batch": 8, "lr": 0.1, "seed": 0, "data_seed": 0},
+)
