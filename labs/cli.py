@@ -9,8 +9,9 @@ import sys
 from . import launch
 from .context import BACKENDS
 from .errors import LabConfigError, LabError
-from .registry import all_labs
+from .registry import all_labs, get_lab
 
+_TYPE_NAMES = {int: "정수", float: "실수", bool: "참/거짓(true/false)"}
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_LAB_ERROR = 0, 1, 2, 3
 
 
@@ -34,16 +35,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_params(pairs: list[str]) -> dict:
+def parse_params(pairs: list[str], defaults: dict) -> dict:
+    """``KEY=VALUE`` pairs, each converted to the type of the lab's default for KEY."""
     params = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise LabConfigError(f"--param은 KEY=VALUE 형식이어야 합니다. 받은 값: {pair!r}")
+        kind = type(defaults[key]) if key in defaults else str  # unknown keys: the lab lists valid ones
         try:
-            params[key] = ast.literal_eval(raw)
+            value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
-            params[key] = raw
+            value = raw
+        if kind is str:
+            params[key] = value if isinstance(value, str) else raw  # mode=raise and mode='raise' alike
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+            raise LabConfigError(f"--param {key}의 값은 {_TYPE_NAMES.get(kind, kind.__name__)}여야 합니다. 받은 값: {raw!r}")
+        params[key] = value
     return params
 
 
@@ -55,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{lab.name:<12} {where:>4} · 기본 N={lab.default_nproc}  {lab.description}")
         return EXIT_OK
     try:
-        params = parse_params(args.param)
+        params = parse_params(args.param, get_lab(args.lab).defaults or {})
         if launch.in_torchrun():
             result = launch.run_in_place(args.lab, args.backend, args.timeout, **params)
             if result is None:  # not rank 0: rank 0 reports for everyone

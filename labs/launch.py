@@ -106,7 +106,8 @@ def _context() -> mp.context.BaseContext:
     # fresh process, so forking never copies a Jupyter kernel's threads.
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["labs.launch", *lesson_modules()])
+        # torch._dynamo: DDP's constructor imports it, seconds of CPU in every rank otherwise.
+        ctx.set_forkserver_preload(["labs.launch", "torch._dynamo", *lesson_modules()])
         return ctx
     return mp.get_context("spawn")
 

@@ -32,7 +32,7 @@ def _invalidate_if_changed(app: Sphinx, config) -> None:
     if not cache:
         return
     cache = Path(app.srcdir, cache) if not Path(cache).is_absolute() else Path(cache)
-    stamp = cache.parent / ".labs_digest"
+    stamp = cache.with_name(cache.name + ".labs_digest")  # beside the cache, one per cache
     digest = source_digest(Path(app.srcdir))
     if stamp.exists() and stamp.read_text() == digest:
         return

@@ -1,0 +1,251 @@
+"""Chapter 7 lab: DDP's gradient buckets, and how their All-Reduce overlaps the backward pass.
+
+DDP does not all-reduce every gradient on its own, and it does not wait for the whole backward
+either. It packs gradients into buckets of at most ``bucket_cap_mb`` MiB and launches one
+All-Reduce per bucket as soon as every gradient in it is ready. Each rank here
+
+1. counts, with :class:`labs.comms.QuickCollectiveCounter`, the All-Reduce calls of each backward for
+   several ``bucket_cap_mb`` values, and predicts the count from parameter sizes alone
+   (the same greedy rule as ``compute_bucket_assignment_by_size`` in torch's reducer.cpp);
+2. records a timeline: when each layer's gradients were ready (tensor hooks) and when each
+   bucket's All-Reduce was launched and finished (a communication hook around the default one).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
+
+from ..comms import QuickCollectiveCounter
+from ..context import RankContext
+from ..models import wrap_ddp
+from ..registry import Lab
+from ..result import Check, LabResult, check_equal
+
+MIB = 1024 * 1024
+DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
+
+
+def layer_stack(width: int, depth: int) -> nn.Sequential:
+    """``depth`` Linear(width, width) layers with ReLU between them (a few MiB of float32)."""
+    layers: list[nn.Module] = []
+    for i in range(depth):
+        layers += [nn.Linear(width, width)] + ([nn.ReLU()] if i < depth - 1 else [])
+    return nn.Sequential(*layers)
+
+
+def parse_caps(caps_mb: str) -> list[str]:
+    """``"0.1 1 default"`` -> ``["0.1", "1", "default"]`` (kept as text, the way the reader typed them)."""
+    caps = caps_mb.replace(",", " ").split()
+    if not caps:
+        raise ValueError("give at least one bucket_cap_mb value")
+    for cap in caps:
+        if cap != DEFAULT and float(cap) <= 0:
+            raise ValueError(f"bucket_cap_mb must be positive or {DEFAULT!r}, got {cap!r}")
+    return caps
+
+
+def ddp_kwargs(cap: str) -> dict:
+    """DDP keyword arguments for one cap: ``default`` passes nothing, so DDP picks its own."""
+    return {} if cap == DEFAULT else {"bucket_cap_mb": float(cap)}
+
+
+def bucket_limits(cap: str) -> tuple[int, int]:
+    """(first bucket, other buckets) byte limits that DDP gives the reducer for ``cap``.
+
+    Only when ``bucket_cap_mb`` is left unset does the first bucket get the smaller
+    ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB); an explicit cap applies to every bucket.
+    """
+    if cap == DEFAULT:
+        return dist._DEFAULT_FIRST_BUCKET_BYTES, _DEFAULT_BUCKET_CAP_MB * MIB
+    limit = int(float(cap) * MIB)
+    return limit, limit
+
+
+def predict_buckets(sizes: list[int], first_limit: int, limit: int) -> list[list[int]]:
+    """Group gradient sizes (bytes, in the order they become ready) into buckets.
+
+    A bucket closes as soon as its size reaches its limit; the first bucket uses
+    ``first_limit``, every later one ``limit`` (the rule of reducer.cpp).
+    """
+    buckets, current, total, cap = [], [], 0, first_limit
+    for index, size in enumerate(sizes):
+        current.append(index)
+        total += size
+        if total >= cap:
+            buckets.append(current)
+            current, total, cap = [], 0, limit
+    return buckets + ([current] if current else [])
+
+
+class Timeline:
+    """Timestamps of one backward: gradients ready per parameter, All-Reduce launch/finish per bucket."""
+
+    def __init__(self, params: list[nn.Parameter]):
+        self.start = 0.0
+        self.ready: dict[int, float] = {}
+        self.launched: list[dict] = []
+        self.order: list[int] = []
+        self.index = {id(p): i for i, p in enumerate(params)}
+        for index, p in enumerate(params):
+            p.register_post_accumulate_grad_hook(lambda _, i=index: self._ready(i))
+
+    def reset(self) -> None:
+        self.start = time.perf_counter()
+        self.ready, self.launched, self.order = {}, [], []
+
+    def _ready(self, index: int) -> None:
+        self.ready[index] = time.perf_counter() - self.start
+        self.order.append(index)
+
+    def comm_hook(self, state, bucket):  # (no annotations: DDP checks them, and this module postpones them)
+        """A DDP communication hook: ``hook(state, dist.GradBucket) -> Future[Tensor]``."""
+        # DDP의 기본 동작(allreduce_hook: 나누기 N 후 All-Reduce 합)을 그대로 쓰고, 시작·끝 시각만 적는다.
+        record = {"bucket": bucket.index(), "launch": time.perf_counter() - self.start,
+                  "bytes": bucket.buffer().numel() * bucket.buffer().element_size(),
+                  "params": sorted(self.index[id(p)] for p in bucket.parameters())}
+        self.launched.append(record)
+
+        def finished(fut):
+            record["done"] = time.perf_counter() - self.start
+            return fut.value()
+
+        return allreduce_hook(state, bucket).then(finished)
+
+
+def _batch(ctx: RankContext, width: int, batch: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed + ctx.rank)  # 랭크마다 다른 데이터
+    return torch.randn(batch, width, generator=gen).to(ctx.device)
+
+
+def count_collectives(ctx: RankContext, cap: str, x: torch.Tensor, iterations: int, width: int,
+                      depth: int) -> tuple[list[dict], list[int]]:
+    """The collectives of each forward+backward (by kind), and the gradient-ready order of the first one."""
+    torch.manual_seed(0)
+    model = layer_stack(width, depth)
+    ddp = wrap_ddp(model, ctx.device, **ddp_kwargs(cap))
+    timeline = Timeline(list(model.parameters()))
+    counts, order = [], []
+    for _ in range(iterations):
+        timeline.reset()
+        with QuickCollectiveCounter() as counter:
+            ddp(x).square().mean().backward()
+        counts.append(counter.as_dict())
+        order = order or list(timeline.order)
+    return counts, order
+
+
+def record_overlap(ctx: RankContext, cap: str, x: torch.Tensor, iterations: int, width: int,
+                   depth: int) -> dict:
+    """One timed backward (after the buckets were rebuilt) with a recording communication hook."""
+    torch.manual_seed(0)
+    model = layer_stack(width, depth)
+    ddp = wrap_ddp(model, ctx.device, **ddp_kwargs(cap))
+    timeline = Timeline(list(model.parameters()))
+    ddp.register_comm_hook(None, timeline.comm_hook)
+    for _ in range(iterations):
+        timeline.reset()
+        loss = ddp(x).square().mean()
+        backward_called = time.perf_counter() - timeline.start
+        loss.backward()  # 이 호출 안에서 훅이 버킷마다 All-Reduce를 시작한다
+        backward_returned = time.perf_counter() - timeline.start
+    return {"ready": [timeline.ready[i] for i in range(len(timeline.ready))], "buckets": timeline.launched,
+            "backward_called": backward_called, "backward_returned": backward_returned}
+
+
+def rank_fn(ctx: RankContext, caps_mb: str, width: int, depth: int, batch: int, iterations: int,
+            seed: int) -> dict:
+    x = _batch(ctx, width, batch, seed)
+    params = list(layer_stack(width, depth).parameters())
+    runs = []
+    for cap in parse_caps(caps_mb):
+        counts, order = count_collectives(ctx, cap, x, iterations, width, depth)
+        runs.append({"cap": cap, "all_reduce": [c.get("all_reduce", 0) for c in counts],
+                     "broadcast": [c.get("broadcast", 0) for c in counts], "ready_order": order,
+                     "timeline": record_overlap(ctx, cap, x, iterations, width, depth)})
+    return {
+        **ctx.describe(),
+        "n_params": sum(p.numel() for p in params),
+        "param_bytes": [p.numel() * p.element_size() for p in params],
+        "param_layer": [i // 2 for i in range(len(params))],  # Linear마다 weight, bias
+        "runs": runs,
+    }
+
+
+def predicted_counts(param_bytes: list[int], order: list[int], cap: str) -> int:
+    return len(predict_buckets([param_bytes[i] for i in order], *bucket_limits(cap)))
+
+
+def launched_before_backward_end(timeline: dict) -> bool:
+    """The first bucket's All-Reduce started before the first layer's gradients were ready."""
+    first_launch = min(b["launch"] for b in timeline["buckets"])
+    return first_launch < max(timeline["ready"])
+
+
+def backward_waited(timeline: dict) -> bool:
+    """``loss.backward()`` returned only after every bucket's All-Reduce had finished."""
+    return all(b["done"] <= timeline["backward_returned"] for b in timeline["buckets"])
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    n = len(ranks)
+    param_bytes = ranks[0]["param_bytes"]
+    rows = []
+    for j, run in enumerate(ranks[0]["runs"]):
+        steady = [r["runs"][j]["all_reduce"][-1] for r in ranks]
+        rows.append({"cap": run["cap"], "first_iteration": run["all_reduce"][0], "steady": steady[0],
+                     "per_iteration": run["all_reduce"], "broadcast": run["broadcast"],
+                     "same_on_all_ranks": len(set(steady)) == 1,
+                     "predicted": predicted_counts(param_bytes, run["ready_order"], run["cap"]),
+                     "rough": -(-sum(param_bytes) // bucket_limits(run["cap"])[1])})
+    numeric = sorted((float(row["cap"]), row["steady"]) for row in rows if row["cap"] != DEFAULT)
+    multi = [(r["rank"], j) for r in ranks for j, run in enumerate(r["runs"]) if len(run["timeline"]["buckets"]) >= 2]
+    overlapped = [launched_before_backward_end(ranks[rank]["runs"][j]["timeline"]) for rank, j in multi]
+    default_rows = [row for row in rows if row["cap"] == DEFAULT]
+    checks = [
+        check_equal("counts_match_prediction", [row["steady"] for row in rows], [row["predicted"] for row in rows],
+                    "2번째 반복부터의 All-Reduce 횟수가 파라미터 크기와 bucket_cap_mb로 예측한 버킷 수와 같다"),
+        check_equal("counts_same_on_all_ranks", all(row["same_on_all_ranks"] for row in rows), True,
+                    "모든 랭크가 같은 횟수의 All-Reduce를 했다(버킷 배정은 랭크 0이 정해 브로드캐스트한다)"),
+        check_equal("first_iteration_one_bucket", sorted({row["first_iteration"] for row in rows}), [1],
+                    "첫 반복은 cap과 상관없이 버킷 하나(All-Reduce 1번)로 보낸다: 버킷은 첫 역전파의 순서로 다시 만든다"),
+        check_equal("rebuild_broadcast_in_second_iteration",
+                    sorted({tuple(min(b, 1) for b in r["broadcast"]) for r in ranks[0]["runs"]}),
+                    [tuple(int(it == 1) for it in range(params["iterations"]))],
+                    "broadcast는 2번째 반복에만 있다: 랭크 0이 새 버킷 배정을 모든 랭크에 보낸다(반복별 유무)"),
+        check_equal("launched_before_backward_end", sum(overlapped) if multi else None,
+                    len(multi) if multi else None,
+                    "버킷이 2개 이상이면 첫 버킷의 All-Reduce가 첫 층의 그래디언트가 준비되기(역전파가 끝나기) 전에 시작됐다"
+                    "(랭크·cap 조합 수)"),
+        check_equal("backward_waits_for_buckets",
+                    sum(backward_waited(run["timeline"]) for r in ranks for run in r["runs"]), n * len(rows),
+                    "loss.backward()는 모든 버킷의 All-Reduce가 끝난 뒤에 돌아왔다(랭크·cap 조합 수)"),
+    ]
+    if len(numeric) >= 2:
+        counts = [c for _, c in numeric]
+        checks.insert(2, Check("count_decreases_with_cap", counts == sorted(counts, reverse=True) and counts[0] > counts[-1],
+                               counts, None, "bucket_cap_mb가 커질수록 All-Reduce 횟수가 줄어든다"
+                               "(cap이 작은 것부터의 횟수: 늘지 않고, 처음이 끝보다 많다)"))
+    if default_rows:
+        checks.insert(3, check_equal("default_cap_count", default_rows[0]["steady"], default_rows[0]["predicted"],
+                                     "기본값(25 MiB, 첫 버킷만 1 MiB)에서 All-Reduce 횟수가 예측과 같다"))
+    data = {"rows": rows, "total_bytes": sum(param_bytes), "n_params": ranks[0]["n_params"],
+            "first_bucket_bytes": dist._DEFAULT_FIRST_BUCKET_BYTES, "overlap_cases": len(multi)}
+    return LabResult("buckets", n, backend, ranks, data, {c.name: c for c in checks})
+
+
+LAB = Lab(
+    name="buckets",
+    description="bucket_cap_mb에 따라 역전파 한 번의 All-Reduce 횟수(버킷 수)가 어떻게 바뀌는지 세고, 버킷 통신이 역전파와 겹치는 시각을 기록",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=3,
+    chapter=7,
+    defaults={"caps_mb": "0.1 0.5 1 25 default", "width": 256, "depth": 12, "batch": 64, "iterations": 3,
+              "seed": 0},
+)

@@ -1,0 +1,128 @@
+"""Chapter 5 lab: N ranks × B/N samples under DDP = one process × B samples, up to float rounding.
+
+Following PyTorch's own DDP test (``_test_DDP_niter`` in
+``torch/testing/_internal/distributed/distributed_test.py``), every rank trains two models
+from the same initial weights: a DDP model on its slice ``input[r·B/N:(r+1)·B/N]`` and a plain
+local copy on the whole global batch ``input``. The batch is reshuffled every step with the
+same seeded permutation on every rank. After every step the two models are compared.
+
+With ``grad_reduce="sum"`` every rank scales its loss by N, which is what summing the
+gradients instead of averaging them amounts to: then the two models must disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ..context import RankContext
+from ..models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..registry import Lab
+from ..result import LabResult, check_close, check_equal
+
+# torch.testing.assert_close의 float32 기본값이자 PyTorch DDP 테스트(assertEqual)가 쓰는 허용 오차
+RTOL, ATOL = 1.3e-6, 1e-5
+GRAD_REDUCE = ("mean", "sum")
+
+
+def step_permutation(global_batch: int, seed: int, step: int) -> torch.Tensor:
+    """The same reshuffle of the global batch on every rank (a seeded permutation per step)."""
+    return torch.randperm(global_batch, generator=torch.Generator().manual_seed(seed * 1000 + step))
+
+
+def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: int, grad_reduce: str) -> dict:
+    n = ctx.world_size
+    if global_batch % n:
+        raise ValueError(f"전역 배치 크기(global_batch = {global_batch})가 랭크 수(N = {n})로 나누어떨어지지 않습니다")
+    if grad_reduce not in GRAD_REDUCE:
+        raise ValueError(f"grad_reduce는 {GRAD_REDUCE} 중 하나여야 합니다. 받은 값: {grad_reduce!r}")
+    b = global_batch // n
+    torch.manual_seed(seed)
+    local = tiny_mlp().to(ctx.device)  # 한 프로세스가 전역 배치 B개로 학습하는 기준 모델
+    ddp = wrap_ddp(copy.deepcopy(local), ctx.device)  # 같은 초기값의 DDP 모델: 이 랭크는 B/N개만 본다
+    opt_local = torch.optim.SGD(local.parameters(), lr=lr)
+    opt_ddp = torch.optim.SGD(ddp.parameters(), lr=lr)
+    x, y = synthetic_regression(global_batch, seed=seed)
+    x, y = x.to(ctx.device), y.to(ctx.device)
+    scale = float(n) if grad_reduce == "sum" else 1.0
+    diffs, grad_diffs, perms = [], [], []
+    for step in range(steps):
+        perm = step_permutation(global_batch, seed, step)
+        xs, ys = x[perm.to(ctx.device)], y[perm.to(ctx.device)]
+        mine = slice(ctx.rank * b, (ctx.rank + 1) * b)
+        mse_backward(local, xs, ys)  # 전역 배치 전체의 평균 손실
+        mse_backward(ddp, xs[mine], ys[mine], scale)  # 내 몫의 평균 손실 L_i (DDP가 그래디언트를 평균)
+        grad_diffs.append(_max_abs_diff([p.grad for p in local.parameters()], [p.grad for p in ddp.parameters()]))
+        for opt in (opt_local, opt_ddp):
+            opt.step()
+            opt.zero_grad()
+        diffs.append(_max_abs_diff(list(local.parameters()), list(ddp.module.parameters())))
+        perms.append(perm.tolist())
+    return {
+        **ctx.describe(),
+        "param_diff": diffs,
+        "grad_diff": grad_diffs,
+        "perms": perms,
+        "local_params": flat_parameters(local).tolist(),
+        "ddp_params": flat_parameters(ddp.module).tolist(),
+        "fingerprint_local": fingerprint(local),
+        "fingerprint_ddp": fingerprint(ddp.module),
+    }
+
+
+def _max_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max(float((p.detach() - q.detach()).abs().max()) for p, q in zip(a, b, strict=True))
+
+
+def allclose_tolerance(reference: torch.Tensor) -> float:
+    """PyTorch's elementwise rule |a − b| ≤ atol + rtol·|b|, at the largest |b|: one number to state."""
+    return ATOL + RTOL * float(reference.abs().max())
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    n = len(ranks)
+    local = torch.tensor(ranks[0]["local_params"], dtype=torch.float64)
+    ddp = torch.tensor(ranks[0]["ddp_params"], dtype=torch.float64)
+    max_diff = max(d for r in ranks for d in r["param_diff"])
+    elementwise_ok = bool(((ddp - local).abs() <= ATOL + RTOL * local.abs()).all())
+    checks = [
+        check_close("matches_single_process", max_diff, 0.0, allclose_tolerance(local),
+                    f"DDP(N={n}, 랭크당 B/N)와 한 프로세스(전역 배치 B)의 파라미터가 모든 스텝에서 "
+                    f"atol {ATOL:g} + rtol {RTOL:g}·|w| 안에서 같다(최대 절대 차이)"),
+        check_equal("elementwise_allclose", elementwise_ok, True,
+                    "마지막 파라미터가 원소마다 |w_DDP − w_단일| ≤ atol + rtol·|w_단일|을 만족한다(torch.testing 규칙)"),
+        check_equal("ddp_replicas_identical", len({r["fingerprint_ddp"] for r in ranks}), 1,
+                    "DDP 복제본은 모든 랭크에서 비트 단위까지 같다(지문 종류 수)"),
+        check_equal("reference_identical", len({r["fingerprint_local"] for r in ranks}), 1,
+                    "기준 모델(전역 배치로 학습)도 모든 랭크에서 같다(지문 종류 수)"),
+        check_equal("reshuffled_every_step", len({tuple(p) for p in ranks[0]["perms"]}), params["steps"],
+                    "스텝마다 전역 배치를 다른 순서로 섞었다(서로 다른 순열 수 = 스텝 수)"),
+    ]
+    if n == 1:
+        checks.append(check_close("exact_with_one_rank", max_diff, 0.0, 0.0,
+                                  "N=1이면 더하는 순서가 같으므로 두 모델이 비트 단위까지 같다(최대 절대 차이)"))
+    data = {
+        "max_param_diff": max_diff,
+        "max_grad_diff": max(d for r in ranks for d in r["grad_diff"]),
+        "param_diff_per_step": [max(r["param_diff"][s] for r in ranks) for s in range(params["steps"])],
+        "tolerance": allclose_tolerance(local),
+        "per_rank_batch": params["global_batch"] // n,
+    }
+    return LabResult("equivalence", n, backend, ranks, data, {c.name: c for c in checks})
+
+
+def float_sum_orders(values: torch.Tensor, chunkings=(1, 2, 3, 4)) -> dict[int, float]:
+    """Sum float32 ``values`` as k chunk sums added together, for each k: the order changes the bits."""
+    return {k: float(torch.stack([c.sum() for c in values.tensor_split(k)]).sum()) for k in chunkings}
+
+
+LAB = Lab(
+    name="equivalence",
+    description="랭크 N개가 B/N개씩 DDP로 학습한 결과가 한 프로세스가 B개 전체로 학습한 결과와 부동소수점 오차 안에서 같은지 확인",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=2,
+    chapter=5,
+    defaults={"global_batch": 12, "steps": 6, "lr": 0.1, "seed": 0, "grad_reduce": "mean"},
+)

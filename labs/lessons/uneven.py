@@ -1,0 +1,191 @@
+"""Chapter 7 lab: ranks with different amounts of data.
+
+Part 1, per-rank batch sizes. DDP averages the per-rank gradients, ``g = (1/N) Σ g_i``, and each
+``g_i`` is a mean over that rank's own ``n_i`` samples. The result is the gradient of the global
+batch only when every ``n_i`` is the same: otherwise a sample on a small rank weighs more. Each
+rank measures that gap, and three ways to close it: weighting each rank's loss by
+``n_i · N / Σn`` (after an All-Reduce of the counts), dropping samples to the smallest count,
+and padding to the largest.
+
+Part 2, per-rank numbers of batches. A rank that runs out of batches stops calling backward,
+so the others would wait forever in their gradient All-Reduce. ``Join([ddp])`` lets the finished
+ranks shadow those All-Reduces with zeros until every rank is done.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..comms import QuickCollectiveCounter
+from ..context import RankContext
+from ..models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..registry import Lab
+from ..result import Check, LabResult, check_close, check_equal
+
+FIXES = ("naive", "weighted", "drop_last", "pad")
+
+
+def rank_counts(world_size: int, base: int, extra: int) -> list[int]:
+    """Samples (or batches) per rank: rank r gets ``base + r·extra``."""
+    return [base + r * extra for r in range(world_size)]
+
+
+def reference_grad(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The mean-loss gradient over all rows of ``x`` in one process (``.grad`` is not touched)."""
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    return torch.cat([g.reshape(-1).to("cpu", torch.float64) for g in grads])
+
+
+def all_reduce_count(n: int, op: dist.ReduceOp, device: torch.device) -> int:
+    count = torch.tensor([n], device=device)
+    dist.all_reduce(count, op=op)
+    return int(count.item())
+
+
+def ddp_grad(ddp: DDP, x: torch.Tensor, y: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """The gradient DDP leaves in ``.grad`` after one forward+backward (All-Reduce included)."""
+    ddp.module.zero_grad(set_to_none=True)
+    mse_backward(ddp, x, y, scale)
+    return flat_gradients(ddp.module)
+
+
+def pad_to(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Repeat ``x``'s rows from the start until it has ``size`` rows."""
+    return x[torch.arange(size, device=x.device) % len(x)]
+
+
+def fix_gradients(ctx: RankContext, ddp: DDP, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """DDP's averaged gradient for the naive loss and for each fix, on this rank's ``n_i`` samples."""
+    n = len(x)
+    total = all_reduce_count(n, dist.ReduceOp.SUM, ctx.device)  # Σn: 각 랭크는 자기 n_i만 안다
+    smallest = all_reduce_count(n, dist.ReduceOp.MIN, ctx.device)
+    largest = all_reduce_count(n, dist.ReduceOp.MAX, ctx.device)
+    return {
+        "naive": ddp_grad(ddp, x, y),
+        # (가) 손실에 n_i·N/Σn을 곱하면 DDP의 1/N 평균이 Σ n_i g_i / Σn, 즉 전역 배치의 평균이 된다.
+        "weighted": ddp_grad(ddp, x, y, scale=n * ctx.world_size / total),
+        # (나) 모든 랭크를 가장 작은 n_i에 맞춰 자르거나(drop_last), 가장 큰 n_i까지 반복해 채운다(pad).
+        "drop_last": ddp_grad(ddp, x[:smallest], y[:smallest]),
+        "pad": ddp_grad(ddp, pad_to(x, largest), pad_to(y, largest)),
+    }
+
+
+def references(model: torch.nn.Module, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """What each DDP gradient should equal: the mean gradient of the batch each variant really used."""
+    smallest, largest = min(len(x) for x, _ in parts), max(len(x) for x, _ in parts)
+
+    def union(cut) -> torch.Tensor:
+        return reference_grad(model, torch.cat([cut(x) for x, _ in parts]), torch.cat([cut(y) for _, y in parts]))
+
+    full = union(lambda t: t)
+    return {"naive": full, "weighted": full, "drop_last": union(lambda t: t[:smallest]),
+            "pad": union(lambda t: pad_to(t, largest)), "full": full}
+
+
+def uneven_batches(ctx: RankContext, base_batch: int, extra: int, seed: int) -> dict:
+    counts = rank_counts(ctx.world_size, base_batch, extra)
+    x, y = (t.to(ctx.device) for t in synthetic_regression(sum(counts), seed=seed))
+    starts = [sum(counts[:r]) for r in range(ctx.world_size)]
+    parts = [(x[s:s + c], y[s:s + c]) for s, c in zip(starts, counts)]
+    torch.manual_seed(seed)
+    model = tiny_mlp()
+    ddp = wrap_ddp(model, ctx.device)
+    got = fix_gradients(ctx, ddp, *parts[ctx.rank])
+    want = references(model, parts)
+    return {"n": counts[ctx.rank],
+            "max_diff": {k: float((got[k] - want[k]).abs().max()) for k in FIXES},
+            "pad_vs_full": float((got["pad"] - want["full"]).abs().max()),
+            "grad_scale": float(want["full"].abs().max())}
+
+
+def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch: int, lr: float,
+                  seed: int, join: str = "on") -> dict:
+    """Rank r trains on ``join_batches + r·extra_batches`` batches inside ``Join([ddp])``."""
+    counts = rank_counts(ctx.world_size, join_batches, extra_batches)
+    x, y = (t.to(ctx.device) for t in synthetic_regression(sum(counts) * batch, seed=seed + 1))
+    start = sum(counts[:ctx.rank]) * batch
+    others = max((c for r, c in enumerate(counts) if r != ctx.rank), default=0)
+    torch.manual_seed(seed)
+    model = tiny_mlp()
+    ddp = wrap_ddp(model, ctx.device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    steps, solo_diff = [], []
+    with QuickCollectiveCounter() as counter:
+        dist.barrier()  # 모든 랭크의 시계 0초를 맞춘다(타임라인용)
+        began = time.perf_counter()
+        with Join([ddp], enable=join == "on"):  # 먼저 끝난 랭크는 남은 랭크의 All-Reduce에 0을 내며 따라간다
+            for step in range(counts[ctx.rank]):
+                rows = slice(start + step * batch, start + (step + 1) * batch)
+                local = reference_grad(model, x[rows], y[rows])  # 확인용: 통신 없이 계산한 내 그래디언트
+                t0 = time.perf_counter() - began
+                optimizer.zero_grad(set_to_none=True)
+                mse_backward(ddp, x[rows], y[rows])
+                if step >= others:  # 나머지 랭크가 모두 Join한 뒤: 혼자 남은 반복
+                    solo_diff.append(float((flat_gradients(model) - local / ctx.world_size).abs().max()))
+                optimizer.step()
+                steps.append([t0, time.perf_counter() - began])
+        left = time.perf_counter() - began  # Join을 빠져나온 시각: 모든 랭크가 끝난 뒤
+    return {"iterations": len(steps), "steps": steps, "left_join": left, "all_reduce": counter.counts["all_reduce"],
+            "solo_diff": solo_diff, "fingerprint": fingerprint(model)}
+
+
+def rank_fn(ctx: RankContext, base_batch: int, extra: int, join_batches: int, extra_batches: int,
+            join_batch: int, lr: float, seed: int, join: str) -> dict:
+    return {**ctx.describe(), **uneven_batches(ctx, base_batch, extra, seed),
+            "join": join_training(ctx, join_batches, extra_batches, join_batch, lr, seed, join)}
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    n = len(ranks)
+    tol = 1e-6
+    worst = {k: max(r["max_diff"][k] for r in ranks) for k in FIXES}
+    joins = [r["join"] for r in ranks]
+    iterations = [j["iterations"] for j in joins]
+    solo = [d for j in joins for d in j["solo_diff"]]
+    unequal = len({r["n"] for r in ranks}) > 1
+    checks = []
+    if unequal:
+        checks.append(Check("naive_differs_from_global", worst["naive"] > 100 * tol, worst["naive"], 100 * tol,
+                            "n_i가 다르면 단순 평균 (1/N)Σg_i는 전역 배치의 그래디언트와 다르다"
+                            f"(최대 절대 차이, {100 * tol:g}보다 커야 한다)"))
+    checks += [
+        check_close("weighted_matches_global", worst["weighted"], 0.0, tol,
+                    "손실에 n_i·N/Σn을 곱하면 DDP 평균이 전역 배치의 그래디언트와 같다(최대 절대 차이)"),
+        check_close("drop_last_matches", worst["drop_last"], 0.0, tol,
+                    "모든 랭크를 가장 작은 n_i로 자르면(개수가 같으면) 단순 평균이 남긴 샘플의 전역 그래디언트와 같다"),
+        check_close("pad_matches_padded_batch", worst["pad"], 0.0, tol,
+                    "가장 큰 n_i까지 반복해 채우면 단순 평균이 '채운 배치'(중복 포함)의 그래디언트와 같다"),
+        check_equal("join_finished", [j["iterations"] for j in joins],
+                    rank_counts(n, params["join_batches"], params["extra_batches"]),
+                    "Join 안에서 모든 랭크가 멈추지 않고 자기 배치를 끝까지 돌았다(랭크별 반복 수)"),
+        check_equal("join_same_allreduce_count", [j["all_reduce"] for j in joins], [joins[0]["all_reduce"]] * n,
+                    "반복 수가 달라도 모든 랭크가 같은 횟수의 All-Reduce에 참여했다: 먼저 끝난 랭크가 대신 참여한다"),
+        check_equal("join_replicas_identical", len({j["fingerprint"] for j in joins}), 1,
+                    "Join이 끝난 뒤 모든 랭크의 파라미터가 같다(지문 수)"),
+    ]
+    if n > 1 and solo:
+        checks.append(check_close("join_divides_by_initial_n", max(solo), 0.0, tol,
+                                  f"혼자 남은 랭크의 그래디언트는 자기 그래디언트 ÷ N(={n})이다: "
+                                  "끝난 랭크는 0을 보태고, 나누는 수는 처음의 N이다(최대 절대 차이)"))
+    data = {"counts": [r["n"] for r in ranks], "max_diff": worst, "tolerance": tol,
+            "pad_vs_full": max(r["pad_vs_full"] for r in ranks), "grad_scale": ranks[0]["grad_scale"],
+            "iterations": iterations, "join_all_reduce": [j["all_reduce"] for j in joins]}
+    return LabResult("uneven", n, backend, ranks, data, {c.name: c for c in checks})
+
+
+LAB = Lab(
+    name="uneven",
+    description="랭크마다 샘플 수가 다르면 그래디언트 평균이 전역 배치와 어긋나는 것과 그 해결책, 배치 수가 다를 때 Join이 멈춤을 막는 것을 확인",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=3,
+    chapter=7,
+    defaults={"base_batch": 4, "extra": 6, "join_batches": 2, "extra_batches": 1, "join_batch": 4,
+              "lr": 0.1, "seed": 0, "join": "on"},
+)

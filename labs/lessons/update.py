@@ -1,0 +1,137 @@
+"""Chapter 5 lab: the update w ← w − ηg keeps every replica identical, with no communication.
+
+Every rank trains the same DDP model on its own data for a few steps, once with SGD (with
+momentum) and once with Adam, and records after every step a fingerprint of its parameters,
+the parameters themselves and which collectives ran during ``backward()`` and during
+``optimizer.step()``. A third run wraps every step in ``no_sync()``: the gradients are no
+longer averaged and the replicas drift apart (the preview of chapter 8).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from ..comms import QuickCollectiveCounter
+from ..context import RankContext
+from ..models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
+                      synthetic_regression, tiny_mlp, wrap_ddp)
+from ..registry import Lab
+from ..result import LabResult, check_close, check_equal
+
+# (이름, 옵티마이저, 그래디언트 동기화 여부)
+RUNS = (("sgd", "sgd", True), ("adam", "adam", True), ("no_sync", "sgd", False))
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def optimizer_state_fingerprint(optimizer: torch.optim.Optimizer) -> str:
+    """A hash of every state tensor (momentum buffers, Adam's exp_avg/exp_avg_sq, step counts)."""
+    return fingerprint_tensors(value for per_param in optimizer.state.values()
+                               for _, value in sorted(per_param.items()) if torch.is_tensor(value))
+
+
+def train(ctx: RankContext, optimizer: str, synced: bool, steps: int, per_rank_batch: int,
+          lr: float, seed: int) -> dict:
+    """``steps`` updates on this rank's B/N samples per step; records after every step."""
+    torch.manual_seed(seed)
+    model = wrap_ddp(tiny_mlp(), ctx.device)
+    opt = make_optimizer(optimizer, model.parameters(), lr)
+    x, y = synthetic_regression(steps * ctx.world_size * per_rank_batch, seed=seed)
+    x, y = x.to(ctx.device), y.to(ctx.device)
+    record = {"params": [flat_parameters(model.module).tolist()], "fingerprints": [fingerprint(model.module)],
+              "train_collectives": [], "step_collectives": []}
+    for step in range(steps):
+        xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, step)  # 이 스텝 전역 배치 중 내 몫
+        with QuickCollectiveCounter() as in_fwd_bwd, (nullcontext() if synced else model.no_sync()):
+            mse_backward(model, xb, yb)  # DDP: 여기서 그래디언트 All-Reduce
+        with QuickCollectiveCounter() as in_step:
+            opt.step()  # w ← w − η g: 각 랭크가 자기 복사본에서 혼자 계산한다
+        opt.zero_grad()
+        record["train_collectives"].append(in_fwd_bwd.as_dict())
+        record["step_collectives"].append(in_step.as_dict())
+        record["params"].append(flat_parameters(model.module).tolist())
+        record["fingerprints"].append(fingerprint(model.module))
+    record["optimizer_state"] = optimizer_state_fingerprint(opt)
+    return record
+
+
+def rank_fn(ctx: RankContext, steps: int, per_rank_batch: int, lr_sgd: float, lr_adam: float, seed: int) -> dict:
+    lr = {"sgd": lr_sgd, "adam": lr_adam}
+    runs = {name: train(ctx, opt, synced, steps, per_rank_batch, lr[opt], seed) for name, opt, synced in RUNS}
+    return {**ctx.describe(), **runs}
+
+
+def max_rank_spread(ranks: list[dict], run: str) -> list[float]:
+    """Per step: the largest |w_rank − w_rank0| over all parameters and ranks."""
+    params = [torch.tensor(r[run]["params"], dtype=torch.float64) for r in ranks]
+    return [float(max((p[s] - params[0][s]).abs().max() for p in params)) for s in range(len(params[0]))]
+
+
+def distinct_fingerprints(ranks: list[dict], run: str) -> list[int]:
+    """Per step: how many different parameter fingerprints the ranks have (1 = bit-identical replicas)."""
+    return [len({r[run]["fingerprints"][s] for r in ranks}) for s in range(len(ranks[0][run]["fingerprints"]))]
+
+
+def _collective_calls(ranks: list[dict], run: str, where: str) -> list[dict]:
+    return [c for r in ranks for c in r[run][where]]
+
+
+def _replica_checks(ranks: list[dict], run: str, label: str, spread: list[float]) -> list:
+    first, last = (torch.tensor(ranks[0][run]["params"][i]) for i in (0, -1))
+    moved = float((last - first).abs().max())
+    return [
+        check_equal(f"{run}_fingerprints_every_step", sum(d - 1 for d in distinct_fingerprints(ranks, run)), 0,
+                    f"{label}: 모든 스텝에서 모든 랭크의 파라미터 지문이 하나뿐이다(스텝마다 '지문 종류 수 − 1'의 합)"),
+        check_close(f"{run}_max_param_diff", max(spread), 0.0, 0.0,
+                    f"{label}: 모든 스텝, 모든 파라미터에서 랭크 간 최대 절대 차이가 정확히 0이다"),
+        check_equal(f"{run}_parameters_moved", moved > 1e-3, True,
+                    f"{label}: 학습이 실제로 일어났다(첫 스텝 대비 최대 변화 {moved:.4f} > 0.001)"),
+    ]
+
+
+def _communication_checks(ranks: list[dict]) -> list:
+    n = len(ranks)
+    in_step = [c for run in ("sgd", "adam") for c in _collective_calls(ranks, run, "step_collectives")]
+    training = [c for run in ("sgd", "adam") for c in _collective_calls(ranks, run, "train_collectives")]
+    unsynced = _collective_calls(ranks, "no_sync", "train_collectives")
+    return [
+        check_equal("adam_state_identical", len({r["adam"]["optimizer_state"] for r in ranks}), 1,
+                    "Adam의 상태(exp_avg, exp_avg_sq, step)도 랭크마다 따로 계산되지만 모든 랭크에서 같다(지문 종류 수)"),
+        check_equal("optimizer_step_collectives", sum(sum(c.values()) for c in in_step), 0,
+                    "optimizer.step()은 집합 통신을 한 번도 하지 않는다(모든 랭크·스텝의 횟수 합)"),
+        check_equal("backward_allreduce_every_step", sum(1 for c in training if n > 1 and not c.get("all_reduce")), 0,
+                    "DDP 학습 스텝마다 그래디언트 All-Reduce가 실행된다(All-Reduce가 없던 스텝 수, N>1)"),
+        check_equal("no_sync_train_collectives", sum(sum(c.values()) for c in unsynced), 0,
+                    "no_sync() 안의 순전파·역전파는 집합 통신을 하지 않는다(횟수 합)"),
+        check_equal("no_sync_replicas_diverge", len({r["no_sync"]["fingerprints"][-1] for r in ranks}), n,
+                    "동기화하지 않으면 마지막 스텝에서 랭크마다 파라미터가 모두 다르다(지문 종류 수 = N)"),
+    ]
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    spread = {run: max_rank_spread(ranks, run) for run, _, _ in RUNS}
+    checks = [*_replica_checks(ranks, "sgd", "SGD(모멘텀)", spread["sgd"]),
+              *_replica_checks(ranks, "adam", "Adam", spread["adam"]),
+              *_communication_checks(ranks)]
+    data = {"spread": spread, "distinct_fingerprints": {run: distinct_fingerprints(ranks, run) for run, _, _ in RUNS}}
+    return LabResult("update", len(ranks), backend, ranks, data, {c.name: c for c in checks})
+
+
+LAB = Lab(
+    name="update",
+    description=("SGD(모멘텀)와 Adam으로 몇 스텝 학습하는 동안 모든 랭크의 파라미터가 매 스텝 같고, "
+                 "optimizer.step()은 통신하지 않으며, 동기화를 끄면 어긋나는지 확인"),
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=4,
+    chapter=5,
+    defaults={"steps": 8, "per_rank_batch": 4, "lr_sgd": 0.05, "lr_adam": 0.01, "seed": 0},
+)
