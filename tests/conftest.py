@@ -1,4 +1,5 @@
-"""Shared helpers for the lab-engine tests: Korean text checks and leftover-process checks."""
+"""Shared helpers: Korean text checks, leftover-process checks, and the built site + one Chromium
+for the browser tests (session-wide, so the whole suite starts the browser once)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,14 @@ import os
 import re
 import time
 
+import sys
+from pathlib import Path
+
 import psutil
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import site_server  # noqa: E402
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
@@ -109,3 +116,30 @@ def no_leftover_children():
             p.kill()
         except psutil.Error:
             pass
+
+
+@pytest.fixture(scope="session")
+def site_root() -> Path:
+    """The built site (fails with the `make book` message when it is missing)."""
+    return site_server.require_site()
+
+
+@pytest.fixture(scope="session")
+def site_url(site_root) -> str:
+    """Base URL (ending in /) of the built site served on 127.0.0.1."""
+    with site_server.serve(site_root) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's headless Chromium driven by playwright (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = site_server.chromium_path()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, headless=True, args=site_server.CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -10,7 +10,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 from minibook import REPO, build, make_book  # noqa: E402
-from site_server import CHROMIUM_ARGS, chromium_path, require_site, serve  # noqa: E402
+from site_server import serve  # noqa: E402
 
 sys.path.insert(0, str(REPO / "book" / "_ext"))
 from korean_search import SearchKorean, korean_terms, strip_particle  # noqa: E402
@@ -32,6 +32,11 @@ REAL_SITE_PAIRS = [
     ("DistributedSampler", "book/01_structure.html"),
     ("NCCL", "book/intro.html"),
     ("gloo", "book/01_structure.html"),
+    ("all_reduce", "book/04_allreduce.html"),
+    ("버킷", "book/07_internals.html"),
+    ("옵티마이저", "book/05_update.html"),
+    ("버퍼", "book/02_forward.html"),
+    ("훅", "book/03_backward.html"),
 ]
 
 
@@ -49,16 +54,6 @@ def test_index_terms_separate_particles_and_endings():
         assert expected in terms, f"{expected} not in {terms}"
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def _search(browser, base_url: str, query: str) -> list[str]:
     page = browser.new_page()
     try:
@@ -73,11 +68,11 @@ def _search(browser, base_url: str, query: str) -> list[str]:
         page.close()
 
 
-def test_browser_stemmer_matches_python(browser):
+def test_browser_stemmer_matches_python(chromium):
     """The query side (JavaScript) strips particles exactly like the index side (Python)."""
     words = ["그래디언트를", "복제본은", "랭크마다", "길이", "평가", "버킷에서는", "DistributedDataParallel",
              "all_reduce", "gradients", "동기화가", "NCCL로"]
-    page = browser.new_page()
+    page = chromium.new_page()
     try:
         js = SearchKorean.js_stemmer_code + "\nconst s = new Stemmer(); return WORDS.map(w => s.stemWord(w.toLowerCase()));"
         got = page.evaluate(f"(WORDS) => {{ {js} }}", words)
@@ -87,7 +82,7 @@ def test_browser_stemmer_matches_python(browser):
     assert got == [lang.stem(w.lower()) for w in words]
 
 
-def test_bare_word_finds_page_with_only_inflected_forms(tmp_path, browser):
+def test_bare_word_finds_page_with_only_inflected_forms(tmp_path, chromium):
     page = ("# 조사 시험\n\n복제본은 서로 같다. 그래디언트를 평균낸다. 랭크마다 동기화한다. "
             "버킷에서 보낸다. DDP가 all_reduce로 합친다.\n")
     book = make_book(tmp_path, {"book/intro.md": "# 소개\n\n다른 내용.\n", "book/josa.md": page})
@@ -95,11 +90,9 @@ def test_bare_word_finds_page_with_only_inflected_forms(tmp_path, browser):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     with serve(book / "_build" / "html") as base:
         for query in ("복제본", "그래디언트", "랭크", "동기화", "버킷", "DDP", "all_reduce", "그래디언트를"):
-            assert "book/josa.html" in _search(browser, base, query), query
+            assert "book/josa.html" in _search(chromium, base, query), query
 
 
-def test_real_site_search_pairs(browser):
-    site = require_site()
-    with serve(site) as base:
-        misses = [(q, page) for q, page in REAL_SITE_PAIRS if page not in _search(browser, base, q)]
+def test_real_site_search_pairs(chromium, site_url):
+    misses = [(q, page) for q, page in REAL_SITE_PAIRS if page not in _search(chromium, site_url, q)]
     assert not misses, f"검색 결과에 없는 (검색어, 페이지): {misses}"

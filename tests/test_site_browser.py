@@ -21,14 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-try:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-    from playwright.sync_api import sync_playwright
-except ImportError as exc:  # pragma: no cover - playwright is pinned in requirements.txt
-    PLAYWRIGHT_MISSING = str(exc)
-    PlaywrightTimeoutError = TimeoutError
-else:
-    PLAYWRIGHT_MISSING = ""
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402  (tests/ has no __init__.py; see site_server's docstring)
@@ -58,33 +51,6 @@ async () => {
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def site_root() -> Path:
-    return site_server.require_site()
-
-
-@pytest.fixture(scope="module")
-def site_url(site_root) -> str:
-    with site_server.serve(site_root) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    executable = site_server.chromium_path()
-    if PLAYWRIGHT_MISSING:
-        reason = f"playwright 파이썬 패키지가 없습니다 ({PLAYWRIGHT_MISSING}). `make venv`로 설치하세요."
-        if os.environ.get("CI"):
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=site_server.CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 @pytest.fixture(scope="module")

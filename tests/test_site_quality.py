@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from site_server import (CHROMIUM_ARGS, chromium_path, pages_to_check, require_site,  # noqa: E402
-                         screenshot_dir, screenshot_name, serve)
+from site_server import pages_to_check, require_site, screenshot_dir, screenshot_name  # noqa: E402
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
-CHAPTER = re.compile(r"book/\d\d_[a-z_]+\.html$")
+CHAPTER = re.compile(r"book/\d\d[a-z]?_[a-z_]+\.html$")
 PAGES = pages_to_check()
 CHAPTERS = [p for p in PAGES if CHAPTER.search(p)]
 
@@ -45,22 +44,6 @@ CONTRAST_JS = """(selector) => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def site_url():
-    with serve(require_site()) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def _open(browser, base: str, page_path: str, **context_options):
     context = browser.new_context(**context_options)
     context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
@@ -72,11 +55,11 @@ def _open(browser, base: str, page_path: str, **context_options):
 
 
 @pytest.mark.parametrize("page_path", PAGES)
-def test_no_serious_accessibility_violations(browser, site_url, page_path):
+def test_no_serious_accessibility_violations(chromium, site_url, page_path):
     import axe_playwright_python
 
     axe = Path(axe_playwright_python.__file__).parent / "axe.min.js"
-    context, page = _open(browser, site_url, page_path, viewport=DESKTOP)
+    context, page = _open(chromium, site_url, page_path, viewport=DESKTOP)
     try:
         page.add_script_tag(path=str(axe))
         violations = page.evaluate(
@@ -89,8 +72,8 @@ def test_no_serious_accessibility_violations(browser, site_url, page_path):
 
 
 @pytest.mark.parametrize("page_path", PAGES)
-def test_phone_width_has_no_horizontal_overflow(browser, site_url, page_path):
-    context, page = _open(browser, site_url, page_path, viewport=PHONE, is_mobile=True, has_touch=True)
+def test_phone_width_has_no_horizontal_overflow(chromium, site_url, page_path):
+    context, page = _open(chromium, site_url, page_path, viewport=PHONE, is_mobile=True, has_touch=True)
     try:
         result = page.evaluate(OVERFLOW_JS)
         figure_widths = page.eval_on_selector_all(".plotly-graph-div", "els => els.map(e => e.getBoundingClientRect().width)")
@@ -102,8 +85,8 @@ def test_phone_width_has_no_horizontal_overflow(browser, site_url, page_path):
 
 
 @pytest.mark.parametrize("page_path", PAGES)
-def test_dark_mode_text_is_readable(browser, site_url, page_path):
-    context, page = _open(browser, site_url, page_path, viewport=DESKTOP, color_scheme="dark")
+def test_dark_mode_text_is_readable(chromium, site_url, page_path):
+    context, page = _open(chromium, site_url, page_path, viewport=DESKTOP, color_scheme="dark")
     try:
         page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=10000)
         ratios = page.evaluate(CONTRAST_JS, ".bd-content p, .bd-content li, .bd-content h1, .ddp-quiz-prompt, "
@@ -128,8 +111,8 @@ def test_every_chapter_has_a_page():
     assert CHAPTERS, "장 페이지(book/NN_이름.html)가 하나도 없습니다"
 
 
-def test_intro_shows_quiz_progress_saved_in_the_browser(browser, site_url):
-    context, page = _open(browser, site_url, "book/01_structure.html", viewport=DESKTOP)
+def test_intro_shows_quiz_progress_saved_in_the_browser(chromium, site_url):
+    context, page = _open(chromium, site_url, "book/01_structure.html", viewport=DESKTOP)
     try:
         first = page.locator(".ddp-quiz-q").first
         first.locator('.ddp-quiz-choice[data-correct="0"]').first.click()
