@@ -1,0 +1,400 @@
+"""Chapter 8 lab: three common misconceptions about DDP, each refuted on real ranks.
+
+One lab, three parts (``parts`` picks which ones run; the chapter reuses the ``forward`` and
+``update`` labs for the other two misconceptions):
+
+``sharding``
+    "DDP splits the model over the GPUs." Every rank trains one Adam step with DDP and
+    counts the elements and bytes it holds for parameters, gradients and optimizer state.
+    The same model is then sharded for real with ``torch.distributed.fsdp.fully_shard``
+    (which does split them), measured the same way.
+``drift``
+    "The gradients need not be combined." The same model is trained twice from the same
+    start: under DDP, and as a bare module per rank (no gradient synchronization at all).
+    Every step records the parameters and each replica's loss on the full data set.
+``dataparallel``
+    "DDP and DataParallel are the same." DDP runs one process per rank; every forward is
+    recorded with its PID and thread. Then rank 0 alone runs ``torch.nn.DataParallel``
+    over every GPU it sees (on a CPU machine: none), counting its per-step scatter,
+    replicate, parallel_apply and gather calls and the threads its replicas run in.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..comms import CollectiveRecorder
+from ..context import RankContext
+from ..errors import LabConfigError
+from ..models import (count_parameters, fingerprint, flat_parameters, mse_backward, rank_batch,
+                      synthetic_regression, tiny_mlp, wrap_ddp)
+from ..registry import Lab
+from ..result import Check, LabResult, check_close, check_equal
+
+PARTS = ("sharding", "drift", "dataparallel")
+MEMORY_KINDS = ("params", "grads", "optimizer_state")
+DRIFT_THRESHOLD = 0.1  # 동기화하지 않은 복제본 사이의 L2 거리가 넘어야 하는 값
+DP_STEPS = 3  # DataParallel과 DDP의 스텝 시간을 재는 스텝 수
+
+
+def wanted_parts(parts: str) -> list[str]:
+    """The parts named in the space-separated ``parts`` parameter, in the lab's order."""
+    names = parts.split()
+    unknown = sorted(set(names) - set(PARTS))
+    if unknown or not names:
+        raise LabConfigError(f"parts에는 {', '.join(PARTS)} 중 하나 이상을 공백으로 구분해 주세요. "
+                             f"받은 값: {parts!r}")
+    return [p for p in PARTS if p in names]
+
+
+def sharding_model(hidden: int) -> nn.Module:
+    """The model of the sharding and DataParallel parts: 16 → hidden → 8."""
+    return tiny_mlp(in_features=16, hidden=hidden, out_features=8)
+
+
+# --- 1) sharding: DDP holds everything on every rank, FSDP holds ~1/N --------------------------
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's shard on this rank (FSDP), or the tensor itself (DDP)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def held(tensors) -> dict:
+    """Elements and bytes this rank really stores for ``tensors`` (its own shard for DTensors)."""
+    local = [_local(t) for t in tensors]
+    return {"numel": sum(t.numel() for t in local), "bytes": sum(t.numel() * t.element_size() for t in local)}
+
+
+def adam_step_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> dict:
+    """One Adam step; what the rank then holds, and the collectives of forward and backward."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    with CollectiveRecorder() as forward:
+        loss = nn.functional.mse_loss(model(x), y)
+    with CollectiveRecorder() as backward:
+        loss.backward()
+    optimizer.step()
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    params = list(model.parameters())
+    return {"params": held(params), "grads": held(p.grad for p in params if p.grad is not None),
+            "optimizer_state": held(state), "shapes": [list(_local(p).shape) for p in params],
+            "forward": forward.items, "backward": backward.items}
+
+
+def shard_with_fsdp(model: nn.Module, ctx: RankContext) -> nn.Module:
+    """FSDP2: shard every Linear layer, then the root (bottom-up, as the PyTorch docs ask)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def sharding_part(ctx: RankContext, hidden: int, per_rank_batch: int, lr: float, seed: int) -> dict:
+    torch.manual_seed(seed)
+    model = sharding_model(hidden).to(ctx.device)
+    data = synthetic_regression(ctx.world_size * per_rank_batch, in_features=16, out_features=8, seed=seed)
+    x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
+    ddp = wrap_ddp(copy.deepcopy(model), ctx.device)
+    fsdp = shard_with_fsdp(copy.deepcopy(model), ctx)
+    return {"n_params": count_parameters(model), "element_size": 4,
+            "ddp": adam_step_memory(ddp, x, y, lr), "fsdp": adam_step_memory(fsdp, x, y, lr),
+            "ddp_fingerprint": fingerprint(ddp.module)}
+
+
+# --- 2) drift: without gradient synchronization the replicas drift apart -------------------------
+
+def full_data_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float(nn.functional.mse_loss(model(x), y))
+
+
+def train_replica(ctx: RankContext, synced: bool, data: tuple, steps: int, per_rank_batch: int,
+                  batches_per_epoch: int, lr: float, seed: int) -> dict:
+    """SGD on this rank's shard, cycling over its mini-batches; records after every step."""
+    torch.manual_seed(seed)  # 모든 랭크가 같은 초기값에서 출발한다
+    model = wrap_ddp(tiny_mlp(), ctx.device) if synced else tiny_mlp().to(ctx.device)
+    plain = model.module if synced else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    x_all, y_all = (t.to(ctx.device) for t in data)
+    record = {"params": [flat_parameters(plain).tolist()], "full_loss": [full_data_loss(plain, x_all, y_all)]}
+    for step in range(steps):
+        xb, yb = rank_batch(x_all, y_all, ctx.rank, ctx.world_size, per_rank_batch, step % batches_per_epoch)
+        mse_backward(model, xb, yb)  # DDP: 여기서 그래디언트 평균. 맨 모듈: 자기 g_i 그대로
+        optimizer.step()
+        optimizer.zero_grad()
+        record["params"].append(flat_parameters(plain).tolist())
+        record["full_loss"].append(full_data_loss(plain, x_all, y_all))
+    record["fingerprint"] = fingerprint(plain)
+    return record
+
+
+def drift_part(ctx: RankContext, steps: int, per_rank_batch: int, batches_per_epoch: int, lr: float,
+               seed: int) -> dict:
+    data = synthetic_regression(ctx.world_size * per_rank_batch * batches_per_epoch, seed=seed)
+    args = (data, steps, per_rank_batch, batches_per_epoch, lr, seed)
+    return {"ddp": train_replica(ctx, True, *args), "unsynced": train_replica(ctx, False, *args),
+            "dataset_size": len(data[0])}
+
+
+# --- 3) DataParallel: one process with threads vs one process per rank ------------------------
+
+class CountingDataParallel(nn.DataParallel):
+    """``nn.DataParallel`` that counts the four things its ``forward`` does on every call."""
+
+    COUNTED = ("scatter", "replicate", "parallel_apply", "gather")
+
+    def __init__(self, module: nn.Module, **kwargs):
+        super().__init__(module, **kwargs)
+        self.calls = dict.fromkeys(self.COUNTED, 0)
+        for name in self.COUNTED:  # forward()가 부르는 self.scatter 등을 세는 함수로 바꿔 끼운다
+            setattr(self, name, self._counted(name, getattr(self, name)))
+
+    def _counted(self, name: str, method):
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            return method(*args, **kwargs)
+        return counted
+
+
+def where_forward_runs(module: nn.Module) -> list:
+    """Register a hook that appends (pid, thread id) each time the first layer runs forward."""
+    seen = []
+    first = next(m for m in module.modules() if isinstance(m, nn.Linear))
+    first.register_forward_pre_hook(lambda *_: seen.append([os.getpid(), threading.get_ident()]))
+    return seen
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_steps(model: nn.Module, batches, device: torch.device, lr: float) -> list[float]:
+    """Seconds per SGD step (forward, backward, update) over ``batches``."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    times = []
+    for x, y in batches:
+        _sync(device)
+        start = time.perf_counter()
+        mse_backward(model, x, y)
+        optimizer.step()
+        optimizer.zero_grad()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def measure_dataparallel(model: nn.Module, data: tuple, steps: int, lr: float) -> dict:
+    """DataParallel over every visible GPU (none on a CPU machine), on the whole global batch."""
+    gpus = torch.cuda.device_count()
+    device = torch.device("cuda", 0) if gpus else torch.device("cpu")
+    model = model.to(device)
+    dp = CountingDataParallel(model)
+    seen = where_forward_runs(model)
+    x, y = (t.to(device) for t in data)
+    with torch.no_grad():
+        same_as_module = bool(torch.equal(dp(x), model(x)))
+    dp.calls = dict.fromkeys(dp.calls, 0)
+    del seen[:]
+    times = timed_steps(dp, [(x, y)] * steps, device, lr)
+    return {"device_ids": list(dp.device_ids), "gpus": gpus, "calls": dp.calls, "forward_where": seen,
+            "step_seconds": times, "output_equals_module": same_as_module, "pid": os.getpid(),
+            "main_thread": threading.main_thread().ident}
+
+
+def dataparallel_part(ctx: RankContext, hidden: int, per_rank_batch: int, steps: int, lr: float,
+                      seed: int) -> dict:
+    data = synthetic_regression(ctx.world_size * per_rank_batch, in_features=16, out_features=8, seed=seed)
+    torch.manual_seed(seed)
+    ddp = wrap_ddp(sharding_model(hidden), ctx.device)
+    seen = where_forward_runs(ddp.module)
+    x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
+    record = {"pid": os.getpid(), "ppid": os.getppid(), "main_thread": threading.main_thread().ident,
+              "threads_alive": threading.active_count(),
+              "ddp_step_seconds": timed_steps(ddp, [(x, y)] * steps, ctx.device, lr), "forward_where": seen}
+    dist.barrier()  # 모든 랭크의 DDP 측정이 끝난 뒤, 랭크 0만 DataParallel을 재고 나머지는 기다린다
+    if ctx.rank == 0:
+        torch.manual_seed(seed)
+        record["dataparallel"] = measure_dataparallel(sharding_model(hidden), data, steps, lr)
+    dist.barrier()
+    return record
+
+
+def rank_fn(ctx: RankContext, parts: str, hidden: int, per_rank_batch: int, steps: int,
+            batches_per_epoch: int, lr: float, lr_adam: float, seed: int) -> dict:
+    record = ctx.describe()
+    for part in wanted_parts(parts):
+        if part == "sharding":
+            record[part] = sharding_part(ctx, hidden, per_rank_batch, lr_adam, seed)
+        elif part == "drift":
+            record[part] = drift_part(ctx, steps, per_rank_batch, batches_per_epoch, lr, seed)
+        else:
+            record[part] = dataparallel_part(ctx, hidden, per_rank_batch, DP_STEPS, lr, seed)
+    return record
+
+
+# --- summarize ----------------------------------------------------------------------------------
+
+def memory_table(ranks: list[dict]) -> dict:
+    """Per wrapper and kind: the numel and bytes every rank holds, in rank order."""
+    return {wrapper: {kind: [r["sharding"][wrapper][kind] for r in ranks] for kind in MEMORY_KINDS}
+            for wrapper in ("ddp", "fsdp")}
+
+
+def _ops(items: list[dict]) -> list[str]:
+    return sorted({it["op"] for it in items})
+
+
+def sharding_checks(ranks: list[dict]) -> tuple[list[Check], dict]:
+    n, total = len(ranks), ranks[0]["sharding"]["n_params"]
+    mem = memory_table(ranks)
+    ddp_params = sorted({m["numel"] for m in mem["ddp"]["params"]})
+    ddp_grads = sorted({m["numel"] for m in mem["ddp"]["grads"]})
+    ddp_adam = sorted({m["numel"] for m in mem["ddp"]["optimizer_state"]})
+    fsdp_params = [m["numel"] for m in mem["fsdp"]["params"]]
+    fsdp_grads = [m["numel"] for m in mem["fsdp"]["grads"]]
+    # FSDP는 각 파라미터를 0번 차원으로 N등분하며 나누어떨어지지 않으면 뒤쪽을 패딩한다: 랭크당 한 행씩 더 가질 수 있다
+    slack = sum(shape[1] if len(shape) > 1 else 1 for shape in ranks[0]["sharding"]["ddp"]["shapes"])
+    largest = max(fsdp_params)
+    n_tensors = len(ranks[0]["sharding"]["ddp"]["shapes"])
+    # Adam 상태 = exp_avg, exp_avg_sq (파라미터와 같은 모양) + 텐서마다 step 스칼라 1개(FSDP에서도 랭크마다 하나씩)
+    fsdp_moments = sum(m["numel"] - n_tensors for m in mem["fsdp"]["optimizer_state"])
+    ddp_phase_ops = [_ops(r["sharding"]["ddp"]["forward"]) for r in ranks]
+    fsdp_forward = [_ops(r["sharding"]["fsdp"]["forward"]) for r in ranks]
+    checks = [
+        check_equal("ddp_full_params_every_rank", ddp_params, [total],
+                    f"DDP: 모든 랭크가 파라미터 {total}개 전부를 가진다(랭크별 원소 수의 종류)"),
+        check_equal("ddp_full_grads_every_rank", ddp_grads, [total],
+                    "DDP: 모든 랭크가 그래디언트도 전부 가진다(랭크별 원소 수의 종류)"),
+        check_equal("ddp_full_adam_state_every_rank", ddp_adam, [2 * total + n_tensors],
+                    "DDP: 모든 랭크가 Adam 상태(exp_avg, exp_avg_sq = 파라미터 수의 2배, 텐서마다 step 1개)를 전부 가진다"),
+        check_equal("ddp_replicas_identical", len({r["sharding"]["ddp_fingerprint"] for r in ranks}), 1,
+                    "DDP: 한 스텝 뒤 모든 랭크의 파라미터가 같다(지문 종류 수): 나눈 것이 아니라 같은 것을 N벌 가진다"),
+        check_equal("fsdp_shards_cover_model", sum(fsdp_params), total,
+                    f"FSDP: 랭크들이 가진 파라미터 조각을 모두 더하면 정확히 {total}개다(겹침도 빠짐도 없다)"),
+        check_equal("fsdp_grads_sharded_like_params", fsdp_grads, fsdp_params,
+                    "FSDP: 각 랭크는 자기 파라미터 조각의 그래디언트만 가진다(랭크별 원소 수가 파라미터 조각과 같다)"),
+        check_close("fsdp_per_rank_fraction", largest / total, 1 / n, slack / total,
+                    f"FSDP: 가장 많이 가진 랭크의 파라미터 비율 ≈ 1/N = {1 / n:.3f} "
+                    "(허용 오차 = 텐서마다 0번 차원 한 행씩의 패딩 여유)"),
+        check_equal("fsdp_adam_moments_sum_to_ddp", fsdp_moments, 2 * total,
+                    f"FSDP: 모든 랭크의 exp_avg·exp_avg_sq 조각을 더하면 DDP 한 랭크가 혼자 가진 양(2 × {total})과 같다"),
+        check_equal("ddp_forward_no_collective", sum(len(o) for o in ddp_phase_ops), 0,
+                    "DDP: 이 첫 순전파에는 집합 통신이 없다(랭크 합계)"),
+        check_equal("fsdp_forward_all_gathers", sorted({op for ops in fsdp_forward for op in ops}),
+                    ["all_gather"] if n > 1 else [],
+                    "FSDP: 순전파마다 파라미터 조각을 all_gather로 모은다(순전파의 집합 통신 종류; N=1이면 모을 조각이 없어 없음)"),
+    ]
+    data = {"n_params": total, "memory": mem, "slack": slack,
+            "collectives": {w: {p: ranks[0]["sharding"][w][p] for p in ("forward", "backward")}
+                            for w in ("ddp", "fsdp")}}
+    return checks, data
+
+
+def pairwise_drift(ranks: list[dict], run: str) -> list[float]:
+    """Per step: the largest L2 distance ‖w_a − w_b‖ between any two ranks' parameters."""
+    params = [torch.tensor(r["drift"][run]["params"], dtype=torch.float64) for r in ranks]
+    steps = len(params[0])
+    pairs = list(itertools.combinations(range(len(params)), 2))
+    return [max((float((params[a][s] - params[b][s]).norm()) for a, b in pairs), default=0.0) for s in range(steps)]
+
+
+def drift_checks(ranks: list[dict], threshold: float) -> tuple[list[Check], dict]:
+    n = len(ranks)
+    drift = {run: pairwise_drift(ranks, run) for run in ("ddp", "unsynced")}
+    losses = {run: [r["drift"][run]["full_loss"] for r in ranks] for run in ("ddp", "unsynced")}
+    ddp_final = losses["ddp"][0][-1]
+    unsynced_final = [row[-1] for row in losses["unsynced"]]
+    unsynced_mean = sum(unsynced_final) / n
+    grows = drift["unsynced"][-1] > threshold if n > 1 else drift["unsynced"][-1] == 0.0
+    checks = [
+        check_close("ddp_drift_zero", max(drift["ddp"]), 0.0, 0.0,
+                    "DDP: 모든 스텝에서 두 랭크 사이 파라미터 거리(최대 L2)가 정확히 0이다"),
+        Check("unsynced_drift_grows", grows, drift["unsynced"][-1], threshold,
+              f"동기화 없음: 마지막 스텝의 최대 L2 거리가 {threshold:g}보다 크다(같은 점에서 출발했는데도; N=1이면 0)"),
+        check_equal("unsynced_replicas_differ", len({r["drift"]["unsynced"]["fingerprint"] for r in ranks}), n,
+                    "동기화 없음: 마지막에 랭크마다 파라미터가 모두 다르다(지문 종류 수 = N)"),
+        check_equal("ddp_same_full_loss_on_all_ranks", len({row[-1] for row in losses["ddp"]}), 1,
+                    "DDP: 전체 데이터에 대한 마지막 손실이 모든 랭크에서 같다(값의 종류 수)"),
+        Check("ddp_not_worse_than_replicas", ddp_final <= unsynced_mean * (1 + 1e-6), ddp_final, unsynced_mean,
+              "전체 데이터에 대한 마지막 손실: DDP ≤ 동기화 없이 학습한 복제본들의 평균 손실(허용값 = 그 평균; N=1이면 같다)"),
+    ]
+    data = {"drift": drift, "full_loss": losses, "ddp_final_loss": ddp_final,
+            "unsynced_final_losses": unsynced_final, "dataset_size": ranks[0]["drift"]["dataset_size"],
+            "threshold": threshold}
+    return checks, data
+
+
+def dataparallel_checks(ranks: list[dict], steps: int) -> tuple[list[Check], dict]:
+    n = len(ranks)
+    dp = ranks[0]["dataparallel"]["dataparallel"]
+    ddp_where = [r["dataparallel"] for r in ranks]
+    on_main = all(w == [r["pid"], r["main_thread"]] for r in ddp_where for w in r["forward_where"])
+    measured = len(dp["device_ids"]) >= 2
+    checks = [
+        check_equal("ddp_one_process_per_rank", len({r["pid"] for r in ddp_where}), n,
+                    "DDP: 랭크마다 서로 다른 OS 프로세스(PID 종류 수 = N)"),
+        check_equal("ddp_forward_in_own_main_thread", on_main, True,
+                    "DDP: 모든 순전파가 그 랭크 프로세스의 메인 스레드에서 실행됐다(스레드를 만들지 않는다)"),
+        check_equal("dataparallel_single_process", sorted({w[0] for w in dp["forward_where"]}), [dp["pid"]],
+                    "DataParallel: 모든 순전파가 프로세스 하나(랭크 0의 PID) 안에서 실행됐다"),
+    ]
+    if not dp["device_ids"]:
+        checks.append(check_equal("dataparallel_cpu_calls_module", [sum(dp["calls"].values()), dp["output_equals_module"]],
+                                  [0, True], "GPU가 없으면 DataParallel은 감싼 모듈을 그대로 부른다"
+                                  "(scatter·replicate·parallel_apply·gather 호출 수 0, 출력이 모듈과 비트 단위로 같음)"))
+    if measured:
+        threads = {w[1] for w in dp["forward_where"]}
+        checks += [
+            check_equal("dataparallel_replicates_every_step", [dp["calls"][k] for k in ("scatter", "replicate", "gather")],
+                        [steps] * 3, "DataParallel: 스텝마다 입력 scatter, 모델 replicate, 출력 gather를 한 번씩 한다"),
+            Check("dataparallel_threads", len(threads) >= len(dp["device_ids"]) and dp["main_thread"] not in threads,
+                  len(threads), None, "DataParallel: 복제본의 순전파가 GPU마다 따로 만든 스레드에서 실행됐다(스레드 종류 수)"),
+        ]
+    data = {"dataparallel_measured": measured, "gpus": dp["gpus"], "device_ids": dp["device_ids"],
+            "calls": dp["calls"], "dp_step_seconds": dp["step_seconds"],
+            "ddp_step_seconds": [max(col) for col in zip(*(r["ddp_step_seconds"] for r in ddp_where))],
+            "processes": [{"rank": r["rank"], "pid": w["pid"], "ppid": w["ppid"], "threads": w["threads_alive"],
+                           "forward_calls": len(w["forward_where"])} for r, w in zip(ranks, ddp_where)],
+            "dp_pid": dp["pid"], "dp_forward_calls": len(dp["forward_where"]),
+            "dp_forward_threads": len({w[1] for w in dp["forward_where"]})}
+    return checks, data
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    checks, data = [], {"parts": wanted_parts(params["parts"])}
+    if "sharding" in data["parts"]:
+        part_checks, data["sharding"] = sharding_checks(ranks)
+        checks += part_checks
+    if "drift" in data["parts"]:
+        part_checks, data["drift"] = drift_checks(ranks, DRIFT_THRESHOLD)
+        checks += part_checks
+    if "dataparallel" in data["parts"]:
+        part_checks, data["dataparallel"] = dataparallel_checks(ranks, DP_STEPS)
+        checks += part_checks
+    return LabResult("myths", len(ranks), backend, ranks, data, {c.name: c for c in checks})
+
+
+LAB = Lab(
+    name="myths",
+    description=("자주 하는 오해 셋을 실제 랭크로 반박: DDP는 모델을 나누지 않고(FSDP와 비교), 그래디언트를 합치지 않으면 "
+                 "복제본이 갈라지며, DataParallel은 한 프로세스의 스레드로 돈다"),
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=4,
+    chapter=8,
+    defaults={"parts": " ".join(PARTS), "hidden": 64, "per_rank_batch": 4, "steps": 60, "batches_per_epoch": 2,
+              "lr": 0.1, "lr_adam": 0.01, "seed": 0},
+    validate=lambda params, world_size: wanted_parts(params["parts"]) and None,
+)

@@ -1,0 +1,229 @@
+"""Chapter 6 lab: the real training script on N ranks equals one process on the full batch.
+
+Every rank runs ``labs.train_script.train`` — the same function ``torchrun labs/train_script.py``
+runs. Rank 0 then trains a local reference copy in one process on the *global* batch of every
+step (the N ranks' mini-batches side by side, as PyTorch's own DDP tests do), so the lab can
+compare final parameters, loss curves and test accuracy. Each rank also records the order its
+``DistributedSampler`` produced in every epoch, with ``set_epoch`` (the training run) and without.
+
+With ``ckpt_dir`` the run checkpoints every epoch and resumes from the last checkpoint; with
+``fail_at_epoch`` the last rank dies midway through that epoch. :func:`compare_runs` checks
+that a resumed run ends where an uninterrupted one does: bit for bit with N ≤ 2 ranks, within
+the float32 tolerance with more (see :func:`resume_tolerance`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import torch
+from torch.utils.data import TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from ..context import RankContext
+from ..errors import LabConfigError
+from ..models import flat_parameters
+from ..registry import Lab
+from ..result import LabResult, check_close, check_equal
+from ..train_script import (DistEnv, TrainConfig, count_correct, load_digits_split, make_loader, make_model,
+                            make_optimizer, per_rank_batch, run_summary, train, train_one_epoch)
+
+# PyTorch c10d의 DDP 테스트(test_c10d_common.py 등)가 DDP 모델과 기준 모델을 비교할 때 쓰는 허용 오차
+RTOL, ATOL = 1.3e-6, 5e-5
+# 에폭 손실(전역 평균)의 허용 오차: 파라미터 허용 오차와 같은 크기
+LOSS_ATOL = 5e-5
+
+
+def epoch_orders(dataset_size: int, world_size: int, rank: int, seed: int, epochs: int,
+                 call_set_epoch: bool) -> list[list[int]]:
+    """The order one rank's ``DistributedSampler`` yields in each epoch, with or without ``set_epoch``."""
+    sampler = DistributedSampler(range(dataset_size), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    orders = []
+    for epoch in range(epochs):
+        if call_set_epoch:
+            sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    return orders
+
+
+def global_batches(train_set: TensorDataset, cfg: TrainConfig, world_size: int, epoch: int, shards: list):
+    """Every step's global batch: the N ranks' mini-batches side by side, built by the ranks' own loaders.
+
+    Appends each rank's sample order for this epoch to ``shards`` (to check it against the ranks' records).
+    """
+    loaders = []
+    for rank in range(world_size):
+        sampler, loader = make_loader(train_set, cfg, world_size, rank)
+        sampler.set_epoch(epoch)
+        shards.append(list(sampler))
+        loaders.append(loader)
+    for parts in zip(*loaders):
+        yield torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+
+
+def train_reference(cfg: TrainConfig, world_size: int, train_set: TensorDataset, test_set: TensorDataset,
+                    device: torch.device) -> dict:
+    """The same training in ONE process, without DDP: one step per global batch of N·(B/N) samples."""
+    model = make_model(cfg, device)  # 같은 시드: DDP가 브로드캐스트한 랭크 0의 초기값과 같다
+    optimizer = make_optimizer(model, cfg)
+    x_test, y_test = (t.to(device) for t in test_set.tensors)
+    history, orders = [], []
+    for epoch in range(cfg.epochs):
+        shards: list[list[int]] = []
+        loss_sum, count = train_one_epoch(model, global_batches(train_set, cfg, world_size, epoch, shards),
+                                          optimizer, device)
+        history.append({"epoch": epoch + 1, "loss": loss_sum.item() / count,
+                        "correct": count_correct(model, x_test, y_test), "total": len(y_test)})
+        orders.append(shards)
+    return {"history": history, "params": flat_parameters(model).tolist(), "orders": orders}
+
+
+def rank_fn(ctx: RankContext, epochs: int, global_batch: int, lr: float, seed: int, ckpt_dir: str,
+            fail_at_epoch: int) -> dict:
+    torch.set_num_threads(1)  # 작은 행렬에는 스레드 여러 개가 오히려 느리다 (코어를 랭크끼리 나눠 쓴다)
+    cfg = TrainConfig(epochs=epochs, global_batch=global_batch, lr=lr, seed=seed, ckpt_dir=ckpt_dir,
+                      fail_at_epoch=fail_at_epoch)
+    env = DistEnv(ctx.rank, ctx.world_size, ctx.local_rank, ctx.device)
+    train_set, test_set = load_digits_split()
+    orders: dict[int, list[int]] = {}  # 실제 학습에서 DistributedSampler가 낸 순서 (set_epoch 호출)
+
+    def record_order(epoch: int, sampler: DistributedSampler) -> None:
+        orders[epoch + 1] = list(sampler)
+
+    model, history, start = train(cfg, env, train_set, test_set, on_epoch_end=record_order)
+    record = {
+        **ctx.describe(),
+        **run_summary(model, history, start, env),
+        "per_rank_batch": per_rank_batch(cfg, ctx.world_size),
+        "orders": orders,
+        "orders_without_set_epoch": epoch_orders(len(train_set), ctx.world_size, ctx.rank, seed, epochs, False),
+    }
+    if ctx.rank == 0:
+        record["reference"] = train_reference(cfg, ctx.world_size, train_set, test_set, ctx.device)
+    return record
+
+
+def _max_abs(a: list[float], b: list[float]) -> float:
+    return float((torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)).abs().max())
+
+
+def _history_diff(a: list[dict], b: list[dict]) -> float:
+    """Largest per-epoch loss difference (inf when the epochs do not line up)."""
+    if [h["epoch"] for h in a] != [h["epoch"] for h in b]:
+        return float("inf")
+    return max((abs(x["loss"] - y["loss"]) for x, y in zip(a, b)), default=0.0)
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+    n = len(ranks)
+    main, ref = ranks[0], ranks[0]["reference"]
+    observed = sorted(main["orders"])
+    param_tol = ATOL + RTOL * max(abs(v) for v in ref["params"])
+    final, ref_final = main["history"][-1], ref["history"][-1]
+    mismatched = sum(ref["orders"][e - 1] != [r["orders"][e] for r in ranks] for e in observed)
+    checks = [
+        check_close("ddp_equals_single_process", _max_abs(main["params"], ref["params"]), 0.0, param_tol,
+                    f"N={n}개 랭크의 DDP 학습과 한 프로세스의 전역 배치 학습이 끝낸 파라미터의 최대 절대 차이 "
+                    f"(허용 오차 = atol {ATOL:g} + rtol {RTOL:g} × 최대 |w|)"),
+        check_close("loss_curves_agree", _history_diff(main["history"], ref["history"]), 0.0, LOSS_ATOL,
+                    "에폭마다 기록한 전역 평균 손실이 두 학습에서 같다(최대 차이)"),
+        check_close("test_accuracy_equal", abs(final["correct"] - ref_final["correct"]), 0, 1,
+                    f"마지막 테스트 정확도가 같다: 맞힌 샘플 수 차이 (테스트 샘플 {final['total']}개)"),
+        check_close("model_learned", final["correct"] / final["total"], 1.0, 0.1,
+                    "학습이 실제로 됐다: 마지막 테스트 정확도가 90% 이상"),
+        check_equal("replicas_identical_at_end", len({r["fingerprint"] for r in ranks}), 1,
+                    "학습이 끝났을 때 모든 랭크의 파라미터 바이트 해시가 하나뿐이다(비트 단위로 같다)"),
+        check_equal("logged_loss_is_global", len({str(r["history"]) for r in ranks}), 1,
+                    "손실의 합과 개수를 All-Reduce했으므로 모든 랭크가 같은 전역 손실과 정확도를 기록했다"),
+        check_equal("same_resume_epoch", len({r["resumed_from"] for r in ranks}), 1,
+                    "모든 랭크가 같은 에폭에서 시작(또는 재개)했다"),
+        check_equal("set_epoch_reshuffles", min(len({tuple(r["orders"][e]) for e in observed}) for r in ranks),
+                    len(observed), f"set_epoch(epoch)을 부르면 학습한 에폭 {len(observed)}개의 순서가 랭크마다 모두 다르다"),
+        check_equal("no_set_epoch_repeats", max(len({tuple(o) for o in r["orders_without_set_epoch"]}) for r in ranks),
+                    1, "set_epoch을 부르지 않으면 모든 에폭이 같은 순서를 쓴다(에폭별 순서의 종류 수)"),
+        check_equal("reference_same_samples", mismatched, 0,
+                    "한 프로세스 기준 학습의 전역 배치가 랭크들이 실제로 받은 샘플 그대로다(어긋난 에폭 수)"),
+    ]
+    data = {
+        "summary": {k: main[k] for k in ("world_size", "resumed_from", "fingerprint", "checksum", "params", "history")},
+        "reference_history": ref["history"],
+        "per_rank_batch": main["per_rank_batch"],
+        "global_batch": n * main["per_rank_batch"],
+        "param_tolerance": param_tol,
+    }
+    return LabResult("train", n, backend, ranks, data, {c.name: c for c in checks})
+
+
+def resume_tolerance(world_size: int, params: list[float]) -> tuple[float, float]:
+    """(parameter, loss) tolerance for a resumed run against an uninterrupted one.
+
+    With N ≤ 2 the two runs must be bit-identical: an All-Reduce of two values is one addition,
+    and a + b = b + a exactly. With N ≥ 3 the first step after a restart runs in the bucket layout
+    of a *fresh* DDP (parameter order) instead of the rebuilt one (gradient-ready order), which
+    changes the order in which the All-Reduce adds the ranks' values, so the last bits may differ.
+    """
+    if world_size <= 2:
+        return 0.0, 0.0
+    return ATOL + RTOL * max(abs(v) for v in params), LOSS_ATOL
+
+
+def compare_runs(resumed: dict, uninterrupted: dict, fail_at_epoch: int, backend: str) -> LabResult:
+    """Checks that a run resumed from a checkpoint ends where an uninterrupted one does.
+
+    Both arguments are :func:`labs.train_script.run_summary` dicts (``result.data["summary"]`` of
+    the lab, or the ``RESULT`` line the script prints under torchrun).
+    """
+    n = resumed["world_size"]
+    param_tol, loss_tol = resume_tolerance(n, uninterrupted["params"])
+    how = "비트 단위로 같아야 한다" if param_tol == 0 else "float32 허용 오차 안에서 같아야 한다"
+    final, ref_final = resumed["history"][-1], uninterrupted["history"][-1]
+    checks = [
+        check_equal("resumed_from_checkpoint", resumed["resumed_from"], fail_at_epoch - 1,
+                    f"재개한 실행은 에폭 {fail_at_epoch} 중간의 고장 직전 체크포인트(끝난 에폭 수)에서 시작했다"),
+        check_equal("same_world_size", n, uninterrupted["world_size"],
+                    "두 실행의 랭크 수 N이 같다(다르면 데이터 순서가 달라진다)"),
+        check_close("same_final_parameters", _max_abs(resumed["params"], uninterrupted["params"]), 0.0, param_tol,
+                    f"재개한 실행과 끊기지 않은 실행의 최종 파라미터 최대 절대 차이: N={n}이면 {how}"),
+        check_close("same_loss_history", _history_diff(resumed["history"], uninterrupted["history"]), 0.0, loss_tol,
+                    "에폭별 손실 기록(체크포인트에 담겨 이어진 앞 에폭 포함)의 최대 차이"),
+        check_equal("same_test_accuracy", final["correct"], ref_final["correct"],
+                    f"마지막 테스트 정확도가 같다(맞힌 샘플 수, 테스트 샘플 {final['total']}개)"),
+    ]
+    return LabResult("train", n, backend, [], {"resumed": resumed, "uninterrupted": uninterrupted,
+                                               "bitwise": resumed["fingerprint"] == uninterrupted["fingerprint"]},
+                     {c.name: c for c in checks})
+
+
+def run_command(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (e.g. torchrun) with a deadline; on timeout stop it and everything it started."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # torchrun은 SIGTERM을 받으면 자기가 띄운 랭크들을 먼저 멈추고 끝난다
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise TimeoutError(f"{timeout:g}초 안에 끝나지 않아 명령과 그 자식 프로세스를 종료했습니다: {' '.join(cmd)}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def validate(params: dict, world_size: int) -> None:
+    if params["fail_at_epoch"] > params["epochs"]:
+        raise LabConfigError(f"fail_at_epoch({params['fail_at_epoch']})는 epochs({params['epochs']}) 이하여야 합니다. "
+                             "고장은 학습하는 에폭 안에서만 일으킬 수 있습니다.")
+
+
+LAB = Lab(
+    name="train",
+    description="실제 학습 스크립트를 N개 랭크에서 돌린 DDP 학습이 한 프로세스의 전역 배치 학습과 같은 파라미터·손실·정확도에 "
+                "도달하는지, set_epoch이 에폭마다 순서를 바꾸는지, 체크포인트에서 재개하는지 확인",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=4,
+    chapter=6,
+    defaults={"epochs": 6, "global_batch": 96, "lr": 0.1, "seed": 0, "ckpt_dir": "", "fail_at_epoch": 0},
+    validate=validate,
+)

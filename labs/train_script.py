@@ -1,0 +1,288 @@
+"""One real DDP training program: classify 8×8 handwritten digits with a small MLP.
+
+    torchrun --nproc_per_node=2 labs/train_script.py --epochs 5 --ckpt-dir /tmp/x
+    torchrun --nproc_per_node=2 --max-restarts=1 -m labs.train_script --ckpt-dir /tmp/x --fail-at-epoch 3
+    python -m labs.train_script --epochs 5          # one process: a process group of one
+
+It follows the six steps of DDP training: (1) replicate the model, (2) give every rank its own
+mini-batches, (3) forward, (4) backward, (5) gradient All-Reduce (inside backward), (6) update.
+Rank 0 logs, shows the progress bar and writes checkpoints; a restarted job resumes from the last
+checkpoint and ends with the same parameters as an uninterrupted one, because the data order
+depends only on (seed, epoch).
+
+The functions are importable: the ``train`` lab of chapter 6 runs this same code on spawned ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+if __package__ in (None, ""):  # run as a file (torchrun labs/train_script.py): import `labs` from the repo root
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+from tqdm import tqdm
+
+from labs.models import fingerprint, flat_parameters, tiny_mlp
+
+CHECKPOINT_NAME = "checkpoint.pt"
+TEST_SIZE = 357  # 1,797 digits → 1,440 for training (divisible by 1, 2, 3, 4, 5, 6, 8, …) and 357 for testing
+SPLIT_SEED = 0   # the train/test split never changes
+
+
+class InjectedFault(RuntimeError):
+    """The failure ``--fail-at-epoch`` injects on purpose (to show checkpoint and resume)."""
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 6
+    global_batch: int = 96     # B: samples per step over all ranks; each rank takes B // N
+    lr: float = 0.1            # η
+    momentum: float = 0.9      # SGD momentum: optimizer state that a checkpoint must keep
+    seed: int = 0              # model init and data order: (seed, epoch) fixes every batch
+    ckpt_dir: str = ""         # "" = no checkpoints
+    fail_at_epoch: int = 0     # fault injection: the last rank raises midway through this epoch (1-based)
+    progress: bool = False     # rank 0's tqdm bar and log lines
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits: its rank, the world size, its rank on this node and its device."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+
+def init_distributed() -> DistEnv:
+    """Join the process group torchrun describes in the environment (or a group of one)."""
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        # GPU 노드: 랭크마다 GPU 하나. 번호는 노드 안의 번호(LOCAL_RANK)
+        torch.cuda.set_device(local_rank)
+        backend, device = "nccl", torch.device("cuda", local_rank)
+    else:
+        backend, device = "gloo", torch.device("cpu")
+    if "MASTER_ADDR" in os.environ:
+        # torchrun이 RANK, WORLD_SIZE, MASTER_ADDR/PORT를 넣어 주었다
+        bound = device if device.type == "cuda" else None
+        dist.init_process_group(backend, device_id=bound)
+    else:
+        # python -m labs.train_script: 프로세스 하나짜리 그룹 (랑데부 필요 없음)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return DistEnv(rank, world_size, local_rank, device)
+
+def load_digits_split() -> tuple[TensorDataset, TensorDataset]:
+    """scikit-learn's bundled digits (no download), a fixed stratified split, standardized pixels."""
+    x, y = load_digits(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=TEST_SIZE, random_state=SPLIT_SEED,
+                                                        stratify=y)
+    scaler = StandardScaler().fit(x_train)  # 평균과 표준편차는 학습 데이터에서만 잰다
+
+    def tensors(x, y) -> TensorDataset:
+        return TensorDataset(torch.tensor(scaler.transform(x), dtype=torch.float32), torch.tensor(y))
+
+    return tensors(x_train, y_train), tensors(x_test, y_test)
+
+
+def make_model(cfg: TrainConfig, device: torch.device) -> nn.Module:
+    torch.manual_seed(cfg.seed)
+    return tiny_mlp(64, 64, 10).to(device)  # 64픽셀 → 은닉 64 → 숫자 10개
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+
+
+def per_rank_batch(cfg: TrainConfig, world_size: int) -> int:
+    return max(1, cfg.global_batch // world_size)
+
+
+def make_loader(dataset: TensorDataset, cfg: TrainConfig, world_size: int, rank: int,
+                pin_memory: bool = False) -> tuple[DistributedSampler, DataLoader]:
+    """Rank ``rank``'s share: a shuffled, non-overlapping 1/N, cut into B/N mini-batches."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
+                                 shuffle=True, seed=cfg.seed)
+    loader = DataLoader(dataset, batch_size=per_rank_batch(cfg, world_size),
+                        sampler=sampler, pin_memory=pin_memory)
+    return sampler, loader
+
+def train_one_epoch(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
+                    device: torch.device) -> tuple[torch.Tensor, int]:
+    """One pass over ``batches``; returns this process's (sum of sample losses, count)."""
+    loss_sum, count = torch.zeros((), device=device), 0
+    for x, y in batches:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        # ③ 순전파: 통신 없음. L_i = 미니배치 B/N개의 평균 손실
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        # ④ 역전파 + ⑤ All-Reduce: DDP의 훅이 g = (1/N) Σ g_i 를 모든 랭크에 만든다
+        loss.backward()
+        # ⑥ 업데이트 w ← w − η g: 모든 랭크가 같은 g로 같은 계산
+        optimizer.step()
+        # .item()을 스텝마다 부르면 GPU가 매번 멈춘다: 텐서로 모아 두었다가 한 번에
+        loss_sum += loss.detach() * len(y)
+        count += len(y)
+    return loss_sum, count
+
+def global_mean(loss_sum: torch.Tensor, count: int, device: torch.device) -> float:
+    """The epoch's loss averaged over all ranks: All-Reduce the sum and the count."""
+    totals = torch.tensor([loss_sum.item(), count], dtype=torch.float64, device=device)
+    # 합과 개수를 따로 더해야 랭크마다 샘플 수가 달라도 전역 평균이 된다
+    dist.all_reduce(totals)
+    return (totals[0] / totals[1]).item()
+
+@torch.no_grad()
+def count_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
+    return int((model(x).argmax(dim=1) == y).sum())
+
+
+def evaluate(model: nn.Module, dataset: TensorDataset, env: DistEnv) -> tuple[int, int]:
+    """Test accuracy, shared out: each rank scores every N-th sample, All-Reduce the counts."""
+    x, y = (t[env.rank::env.world_size].to(env.device) for t in dataset.tensors)
+    counts = torch.tensor([count_correct(model, x, y), len(y)], device=env.device)
+    dist.all_reduce(counts)
+    return int(counts[0]), int(counts[1])
+
+def save_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer, epoch: int,
+                    history: list[dict], env: DistEnv) -> None:
+    """Rank 0 writes atomically; every rank waits at the barrier until it is on disk."""
+    if env.rank == 0:
+        # 복제본이 모두 같으므로 한 랭크만 쓴다 (N개가 같은 파일에 쓰면 서로 덮어쓴다)
+        state = {"epoch": epoch, "model": model.module.state_dict(),
+                 "optimizer": optimizer.state_dict(), "history": history}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(state, tmp)
+        # 원자적 교체: 도중에 죽어도 옛 파일이나 새 파일, 둘 중 하나만 온전히 남는다
+        os.replace(tmp, path)
+    # 이 줄을 지난 랭크는 에폭 `epoch`의 체크포인트가 디스크에 있다고 믿어도 된다
+    dist.barrier()
+
+def load_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer,
+                    env: DistEnv) -> tuple[int, list[dict]]:
+    """Every rank loads the last checkpoint, if any: (epochs already done, history)."""
+    if not path.exists():
+        return 0, []
+    # 저장한 장치(랭크 0의 cuda:0)가 아니라 이 랭크의 장치로 올린다
+    state = torch.load(path, map_location=env.device)
+    model.module.load_state_dict(state["model"])
+    # 모멘텀 버퍼도 이어받아야 끊기지 않은 학습과 같은 길을 간다
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"], state["history"]
+
+def fail_midway(batches: Iterable, epoch: int, env: DistEnv) -> Iterable:
+    """Yield about half of ``batches``, then raise: a process dying in the middle of an epoch."""
+    batches = list(batches)
+    yield from batches[:len(batches) // 2]
+    raise InjectedFault(f"의도한 고장: 에폭 {epoch}의 {len(batches) // 2 + 1}번째 스텝에서 "
+                        f"랭크 {env.rank} 프로세스가 죽었습니다")
+
+
+def log(env: DistEnv, cfg: TrainConfig, message: str) -> None:
+    # 로그는 랭크 0만: N개 프로세스가 같은 줄을 N번 찍지 않게
+    if env.rank == 0 and cfg.progress:
+        tqdm.write(message, file=sys.stdout)  # 진행 막대(stderr)를 지우고 쓴 뒤 다시 그린다
+        sys.stdout.flush()
+
+def train(cfg: TrainConfig, env: DistEnv, train_set: TensorDataset, test_set: TensorDataset,
+          on_epoch_end: Callable[[int, DistributedSampler], None] | None = None,
+          ) -> tuple[DDP, list[dict], int]:
+    """The whole DDP training; returns (model, per-epoch history, epochs done before)."""
+    model = make_model(cfg, env.device)
+    device_ids = [env.device.index] if env.device.type == "cuda" else None
+    # ① 복제: DDP 생성자가 랭크 0의 파라미터를 모든 랭크에 브로드캐스트한다
+    model = DDP(model, device_ids=device_ids)
+    optimizer = make_optimizer(model, cfg)
+    # ② 랭크마다 겹치지 않는 1/N을 B/N개씩
+    sampler, loader = make_loader(train_set, cfg, env.world_size, env.rank,
+                                  pin_memory=env.device.type == "cuda")
+    ckpt = Path(cfg.ckpt_dir) / CHECKPOINT_NAME if cfg.ckpt_dir else None
+    start, history = load_checkpoint(ckpt, model, optimizer, env) if ckpt else (0, [])
+    if start:
+        log(env, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")
+    # 진행 막대도 랭크 0만
+    epochs = tqdm(range(start, cfg.epochs), initial=start, total=cfg.epochs, desc="에폭",
+                  disable=not (env.rank == 0 and cfg.progress))
+    for epoch in epochs:
+        # 섞는 순서 = randperm(seed + epoch): 에폭마다 다르고, 재시작해도 같다
+        sampler.set_epoch(epoch)
+        faulty = cfg.fail_at_epoch == epoch + 1 and env.rank == env.world_size - 1
+        batches = fail_midway(loader, epoch + 1, env) if faulty else loader
+        # ③–⑥
+        loss_sum, count = train_one_epoch(model, batches, optimizer, env.device)
+        correct, total = evaluate(model.module, test_set, env)
+        loss = global_mean(loss_sum, count, env.device)
+        history.append({"epoch": epoch + 1, "loss": loss, "correct": correct, "total": total})
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, sampler)
+        if ckpt:
+            save_checkpoint(ckpt, model, optimizer, epoch + 1, history, env)
+        epochs.set_postfix(loss=f"{loss:.4f}", acc=f"{correct / total:.1%}")
+        log(env, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
+                      f"테스트 정확도 {correct / total:.1%} ({correct}/{total})")
+    return model, history, start
+
+def run_summary(model: DDP, history: list[dict], start: int, env: DistEnv) -> dict:
+    """What a run ended with, as plain data: compared across runs (uninterrupted vs resumed)."""
+    params = flat_parameters(model.module)
+    return {"world_size": env.world_size, "resumed_from": start, "fingerprint": fingerprint(model.module),
+            "checksum": float(params.sum()), "params": params.tolist(), "history": history}
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(description="DDP로 손글씨 숫자 분류기를 학습합니다 (torchrun으로 실행).")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--global-batch", type=int, default=defaults.global_batch, help="전역 배치 B")
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--momentum", type=float, default=defaults.momentum)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--ckpt-dir", default="", help="체크포인트 폴더 (비우면 저장하지 않음)")
+    parser.add_argument("--fail-at-epoch", type=int, default=0,
+                        help="첫 시도에서만 마지막 랭크가 이 에폭 중간에 죽는다 (0: 고장 없음)")
+    parser.add_argument("--no-progress", action="store_true", help="진행 막대와 로그를 끈다")
+    args = parser.parse_args(argv)
+    return TrainConfig(args.epochs, args.global_batch, args.lr, args.momentum, args.seed, args.ckpt_dir,
+                       args.fail_at_epoch, progress=not args.no_progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    env = init_distributed()
+    # torchrun이 랭크들을 다시 띄울 때마다 1씩 늘린다
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restarts > 0:
+        cfg.fail_at_epoch = 0  # 주입한 고장은 첫 시도에서만 일어난다
+    try:
+        log(env, cfg, f"시작: 월드 크기 {env.world_size} · 장치 {env.device} · "
+                      f"랭크당 배치 {per_rank_batch(cfg, env.world_size)} · 재시작 횟수 {restarts}")
+        train_set, test_set = load_digits_split()
+        model, history, start = train(cfg, env, train_set, test_set)
+        if env.rank == 0:
+            summary = {**run_summary(model, history, start, env), "restarts": restarts}
+            print("RESULT " + json.dumps(summary), flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())

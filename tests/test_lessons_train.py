@@ -1,0 +1,225 @@
+"""Chapter 6: the real training script on N ranks, its one-process reference, checkpoint and resume.
+
+Every run here is a real gloo process group (``labs.run``), or the script itself in a subprocess.
+The tamper tests feed ``summarize``/``compare_runs`` altered records to show each claim can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import labs
+from labs.lessons.train import compare_runs, summarize
+
+from conftest import clean_env, has_hangul
+
+pytestmark = pytest.mark.timeout(240)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULTS = labs.get_lab("train").params({}, 1)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The chapter's runs at N=4 (uninterrupted, failed at epoch 3, resumed) and the same at N=2."""
+    out = {}
+    for n in (4, 2):
+        ckpt = tmp_path_factory.mktemp(f"ckpt{n}")
+        out[n] = {"full": labs.run("train", nproc=n)}
+        with pytest.raises(labs.RankFailedError) as info:
+            labs.run("train", nproc=n, ckpt_dir=str(ckpt), fail_at_epoch=3)
+        out[n]["failure"] = info.value
+        out[n]["resumed"] = labs.run("train", nproc=n, ckpt_dir=str(ckpt))
+    return out
+
+
+def _assert_training_ok(result, n: int) -> None:
+    assert result.ok, result.report()
+    assert result.world_size == n and len(result.ranks) == n
+    assert len({r["pid"] for r in result.ranks}) == n
+    assert result.data["per_rank_batch"] == DEFAULTS["global_batch"] // n
+    history = result.data["summary"]["history"]
+    assert [h["epoch"] for h in history] == list(range(1, DEFAULTS["epochs"] + 1))
+    assert history[-1]["loss"] < history[0]["loss"] / 10, "the loss must fall while training"
+    assert history[-1]["correct"] / history[-1]["total"] >= 0.9
+    assert result.checks["set_epoch_reshuffles"].value == DEFAULTS["epochs"]
+    assert result.checks["no_set_epoch_repeats"].value == 1
+    assert result.checks["replicas_identical_at_end"].value == 1
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_train_lab_matches_one_process(n):
+    result = labs.run("train", nproc=n)
+    _assert_training_ok(result, n)
+    diff = result.checks["ddp_equals_single_process"]
+    if n == 1:  # one rank: the same additions in the same order as the reference
+        assert diff.value == 0.0
+    else:
+        assert 0.0 <= diff.value < diff.tolerance / 10
+    assert result.checks["test_accuracy_equal"].value == 0
+
+
+def test_chapter_run_and_resume_at_four_ranks(runs):
+    full, failure, resumed = runs[4]["full"], runs[4]["failure"], runs[4]["resumed"]
+    _assert_training_ok(full, 4)
+    assert failure.rank == 3
+    assert "InjectedFault" in str(failure) and has_hangul(str(failure))
+    assert resumed.ok, resumed.report()
+    assert resumed.data["summary"]["resumed_from"] == 2
+    assert sorted(resumed.ranks[0]["orders"]) == [3, 4, 5, 6]  # only the epochs trained after the restart
+    comparison = compare_runs(resumed.data["summary"], full.data["summary"], 3, resumed.backend)
+    assert comparison.ok, comparison.report()
+    assert comparison.checks["same_final_parameters"].tolerance > 0  # N ≥ 3: float32 tolerance
+
+
+def test_resume_is_bitwise_at_two_ranks(runs):
+    full, resumed = runs[2]["full"], runs[2]["resumed"]
+    assert runs[2]["failure"].rank == 1
+    comparison = compare_runs(resumed.data["summary"], full.data["summary"], 3, resumed.backend)
+    assert comparison.ok, comparison.report()
+    assert comparison.checks["same_final_parameters"].tolerance == 0.0
+    assert comparison.data["bitwise"]
+    assert resumed.data["summary"]["fingerprint"] == full.data["summary"]["fingerprint"]
+
+
+# ----------------------------------------------------------------------------- the checks can fail
+
+def test_tampered_records_fail_their_checks(runs):
+    full = runs[4]["full"]
+    params = {**DEFAULTS}
+
+    ranks = copy.deepcopy(full.ranks)
+    ranks[0]["params"][0] += 1e-3  # DDP 결과가 기준 학습과 어긋난 것처럼
+    assert not summarize(ranks, "gloo", params).checks["ddp_equals_single_process"].ok
+
+    ranks = copy.deepcopy(full.ranks)
+    ranks[1]["fingerprint"] = "000000000000"
+    assert not summarize(ranks, "gloo", params).checks["replicas_identical_at_end"].ok
+
+    ranks = copy.deepcopy(full.ranks)
+    for epoch in ranks[2]["orders"]:  # set_epoch를 잊은 것처럼: 모든 에폭이 에폭 1의 순서
+        ranks[2]["orders"][epoch] = list(ranks[2]["orders"][1])
+    result = summarize(ranks, "gloo", params)
+    assert not result.checks["set_epoch_reshuffles"].ok
+    assert not result.checks["reference_same_samples"].ok
+
+    ranks = copy.deepcopy(full.ranks)
+    ranks[3]["history"][-1]["loss"] += 0.5  # 랭크마다 자기 손실만 찍은 것처럼
+    assert not summarize(ranks, "gloo", params).checks["logged_loss_is_global"].ok
+
+    ranks = copy.deepcopy(full.ranks)
+    ranks[0]["reference"]["history"][2]["loss"] += 1e-3
+    assert not summarize(ranks, "gloo", params).checks["loss_curves_agree"].ok
+
+
+def test_bad_fault_epoch_is_refused_before_spawning():
+    with pytest.raises(labs.LabConfigError) as info:
+        labs.run("train", nproc=2, epochs=3, fail_at_epoch=5)
+    assert has_hangul(str(info.value))
+
+
+def test_tampered_resume_fails_comparison(runs):
+    full = runs[2]["full"].data["summary"]
+    resumed = copy.deepcopy(runs[2]["resumed"].data["summary"])
+    resumed["params"][5] += 1e-7  # N=2에서는 마지막 비트 하나도 허용하지 않는다
+    result = compare_runs(resumed, full, 3, "gloo")
+    assert not result.checks["same_final_parameters"].ok
+    assert not compare_runs(runs[2]["resumed"].data["summary"], full, 4, "gloo").checks["resumed_from_checkpoint"].ok
+
+
+# ----------------------------------------------------------------------------- the script itself
+
+def _result_line(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, stdout
+    return json.loads(lines[0][len("RESULT "):])
+
+
+def test_script_runs_as_one_process(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "3"], cwd=tmp_path,
+                          env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "시작: 월드 크기 1" in proc.stdout
+    summary = _result_line(proc.stdout)
+    assert summary["world_size"] == 1 and summary["restarts"] == 0 and len(summary["history"]) == 3
+
+
+def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
+    """The chapter's command: the last rank dies in epoch 3, torchrun restarts once, the result is unchanged."""
+    script = REPO / "labs" / "train_script.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
+           str(script), "--epochs", "6", "--ckpt-dir", str(tmp_path / "ckpt"), "--fail-at-epoch", "3"]
+    env = clean_env(TMPDIR=str(tmp_path), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", GLOO_SOCKET_IFNAME="lo")
+    from labs.lessons.train import run_command
+
+    proc = run_command(cmd, env, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.findall(r"재시작 횟수 (\d)", proc.stdout) == ["0", "1"]
+    assert "InjectedFault" in proc.stderr
+    summary = _result_line(proc.stdout)
+    assert summary["restarts"] == 1 and summary["resumed_from"] == 2
+    assert summary["fingerprint"] == runs[2]["full"].data["summary"]["fingerprint"]
+
+
+# ----------------------------------------------------------------------------- the chapter's sources
+
+# Every emphasized line of a literalinclude must still be one of the lines the text talks about.
+EXPECTED = {
+    "train": ("DDP(", "make_loader", "pin_memory", "set_epoch", "train_one_epoch"),
+    "train_one_epoch": ("③", "④", "⑥", "cross_entropy", "backward", "step"),
+    "init_distributed": ("RANK", "WORLD_SIZE", "set_device", "cuda", "init_process_group"),
+    "global_mean": ("totals",),
+    "evaluate": ("rank::", "all_reduce"),
+    "save_checkpoint": ("rank == 0", "state_dict", "torch.save", "os.replace", "barrier"),
+    "load_checkpoint": ("torch.load", "load_state_dict"),
+    "main": ("RESTART_COUNT", "restarts", "fail_at_epoch", "train("),
+    "global_batches": ("make_loader", "set_epoch", "zip", "torch.cat"),
+    "train_reference": ("make_model", "train_one_epoch", "optimizer, device"),
+}
+
+
+def _object_lines(path: Path, name: str) -> list[str]:
+    source = path.read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            return source.splitlines()[start - 1:node.end_lineno]
+    raise AssertionError(f"{name} not found in {path}")
+
+
+def _emphasized(spec: str) -> list[int]:
+    lines = []
+    for part in filter(None, spec.split(",")):
+        first, _, last = part.strip().partition("-")
+        lines.extend(range(int(first), int(last or first) + 1))
+    return lines
+
+
+def test_chapter_emphasized_lines_point_at_the_right_code():
+    notebook = json.loads((REPO / "book" / "06_training.ipynb").read_text(encoding="utf-8"))
+    text = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    blocks = re.findall(r"```\{literalinclude\} \.\./(\S+)\n((?::\S+:.*\n)+)```", text)
+    assert len(blocks) >= 10
+    for path, options in blocks:
+        opts = dict(re.findall(r":(\S+): (.*)", options))
+        name = opts["pyobject"]
+        body = _object_lines(REPO / path, name)
+        for number in _emphasized(opts.get("emphasize-lines", "")):
+            line = body[number - 1]
+            assert any(token in line for token in EXPECTED[name]), f"{path}:{name} 강조 {number}행: {line!r}"
+
+
+def test_chapter_notebook_is_commit_ready():
+    notebook = json.loads((REPO / "book" / "06_training.ipynb").read_text(encoding="utf-8"))
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    assert os.path.exists(REPO / "book" / "quizzes" / "06_training.yml")

@@ -1,0 +1,119 @@
+"""Chapters 8 and 9 in a real browser: quiz answers and self-check notes survive a reload, and the
+intro page's progress table counts the answers.
+
+Site: ``DDP_SITE_DIR`` (default ``<repo>/_build/html``, built by ``make book``); browser:
+``DDP_CHROMIUM`` (default ``/usr/bin/chromium``). The network is limited to the local server.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+CH8, CH9, INTRO = "book/08_misconceptions.html", "book/09_checklist.html", "book/intro.html"
+NOTE = "모든 GPU가 같은 모델의 복제본을 갖고 데이터만 나눠 처리한다."
+
+
+def poll(get, ok, timeout_s: float = 5.0):
+    """``get()`` until ``ok(value)`` or ``timeout_s``; returns the last value."""
+    deadline = time.monotonic() + timeout_s
+    value = get()
+    while not ok(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = get()
+    return value
+
+
+@pytest.fixture
+def page(chromium, site_url, site_root):
+    for rel in (CH8, CH9, INTRO):
+        assert (site_root / rel).is_file(), f"빌드된 사이트에 {rel}가 없습니다 ({site_root}). 목차에 8·9장이 있는지 확인하세요."
+    context = chromium.new_context(viewport={"width": 1280, "height": 900}, locale="ko-KR", service_workers="block")
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.problems = []
+    page.on("console", lambda m: page.problems.append(f"콘솔 오류: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.problems.append(f"페이지 오류: {e}"))
+
+    def route(r):
+        if urlsplit(r.request.url).hostname not in ("127.0.0.1", "localhost"):
+            page.problems.append(f"외부 요청: {r.request.url}")
+            return r.abort()
+        return r.continue_()
+
+    context.route("**/*", route)
+    page.open = lambda rel: page.goto(site_url + rel, wait_until="load")
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def answer(page, quiz: str, number: int, correct: bool) -> str:
+    """Click a choice of question ``number`` (1-based) of quiz ``quiz``; return the feedback text."""
+    question = page.locator(f'.ddp-quiz[data-quiz="{quiz}"] .ddp-quiz-q').nth(number - 1)
+    question.locator(f'.ddp-quiz-choice[data-correct="{int(correct)}"]').first.click()
+    expected = "정답입니다" if correct else "오답입니다"
+    return poll(lambda: question.locator(".ddp-quiz-feedback").inner_text(), lambda t: expected in t)
+
+
+def feedback(page, quiz: str, number: int) -> str:
+    question = page.locator(f'.ddp-quiz[data-quiz="{quiz}"] .ddp-quiz-q').nth(number - 1)
+    return poll(lambda: question.locator(".ddp-quiz-feedback").inner_text(), bool)
+
+
+def progress_row(page, stem: str) -> tuple[str, str]:
+    row = page.locator(".ddp-progress tr[data-ids]").filter(has=page.locator(f'a[href*="{stem}"]'))
+    assert row.count() == 1, f"소개 페이지의 진행 상황 표에 {stem} 줄이 없습니다."
+    return row.locator(".answered").inner_text(), row.locator(".right").inner_text()
+
+
+def test_chapter8_quizzes_show_evidence_and_survive_reload(page):
+    page.open(CH8)
+    assert "정답입니다" in answer(page, "08_misconceptions", 1, correct=True)
+    evidence = answer(page, "08_myths_evidence", 1, correct=True)
+    assert "측정 결과" in evidence and re.search(r"\d", evidence), f"오해 판별 퀴즈의 피드백에 측정값이 없습니다: {evidence!r}"
+
+    page.reload(wait_until="load")
+    assert "정답입니다" in feedback(page, "08_misconceptions", 1), "새로고침 후 8장 퀴즈의 답이 복원되지 않았습니다."
+    assert "측정 결과" in feedback(page, "08_myths_evidence", 1), "새로고침 후 오해 판별 퀴즈의 답이 복원되지 않았습니다."
+
+    page.open(INTRO)
+    assert poll(lambda: progress_row(page, "08_misconceptions"), lambda v: v == ("1 / 5", "1")) == ("1 / 5", "1")
+    assert not page.problems, "\n".join(page.problems)
+
+
+def test_chapter9_quiz_and_self_check_survive_reload(page):
+    page.open(CH9)
+    assert "오답입니다" in answer(page, "09_checklist", 1, correct=False)
+    assert "정답입니다" in answer(page, "09_checklist", 2, correct=True)
+
+    box = page.locator('.ddp-checklist[data-item="dp-idea"]')
+    model_answer = page.locator("#answer-dp-idea")
+    reveal = box.locator(".ddp-checklist-reveal")
+    assert not model_answer.is_visible(), "모범 답안이 단추를 누르기 전부터 보입니다."
+    box.locator("textarea").fill(NOTE)
+    reveal.click()
+    assert poll(model_answer.is_visible, bool), "단추를 눌렀는데 모범 답안이 보이지 않습니다."
+    assert reveal.get_attribute("aria-expanded") == "true"
+    assert model_answer.locator('a[href*="01_structure"]').count() >= 1, "모범 답안에 1장으로 가는 링크가 없습니다."
+    reveal.click()
+    assert poll(lambda: not model_answer.is_visible(), bool), "다시 누르면 모범 답안이 접혀야 합니다."
+
+    page.reload(wait_until="load")
+    assert "오답입니다" in feedback(page, "09_checklist", 1) and "정답입니다" in feedback(page, "09_checklist", 2)
+    text = poll(lambda: box.locator("textarea").input_value(), lambda v: v == NOTE)
+    assert text == NOTE, f"새로고침 후 적어 둔 설명이 복원되지 않았습니다: {text!r}"
+    assert not model_answer.is_visible(), "새로고침 후에는 모범 답안이 다시 접혀 있어야 합니다."
+    assert page.locator(".ddp-checklist").count() == 5
+    for box_el in page.locator(".ddp-checklist").all():
+        assert page.locator(f"#{box_el.get_attribute('data-answer')}").count() == 1
+
+    page.open(INTRO)
+    assert poll(lambda: progress_row(page, "09_checklist"), lambda v: v == ("2 / 5", "1")) == ("2 / 5", "1")
+    assert not page.problems, "\n".join(page.problems)
