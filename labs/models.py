@@ -38,12 +38,7 @@ def flat_parameters(model: nn.Module) -> torch.Tensor:
 
 def fingerprint(model: nn.Module) -> str:
     """A short hash of the exact parameter bytes: equal fingerprints mean bit-identical replicas."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for p in model.parameters():
-        digest.update(p.detach().to("cpu").contiguous().numpy().tobytes())
-    return digest.hexdigest()[:12]
+    return fingerprint_tensors(model.parameters())
 
 
 def mse_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, scale: float = 1.0) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..launch import run
 from ..viz.backward import gradient_allreduce_figure
-from .forward import launch_panel
+from . import launch_panel
 
 
 def gradient_explorer(max_ranks: int = 8, max_batch: int = 32):

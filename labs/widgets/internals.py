@@ -5,34 +5,24 @@ from __future__ import annotations
 from ..launch import run
 from ..lessons.buckets import parse_caps
 from ..viz.internals import bucket_count_figure, overlap_timeline_figure
+from . import launch_panel
 
 
 def bucket_explorer(max_ranks: int = 8):
     """A slider for N, a text box for ``bucket_cap_mb`` values and a button that launches real ranks."""
     import ipywidgets as widgets
-    from IPython.display import display
 
     n = widgets.IntSlider(value=3, min=1, max=max_ranks, description="N (랭크)")
     caps = widgets.Text(value="0.05 0.25 2 default", description="cap (MiB)",
                         placeholder="공백으로 구분, default = 지정하지 않음")
     depth = widgets.IntSlider(value=12, min=2, max=24, description="층 수")
-    button = widgets.Button(description="실제 랭크로 실행", icon="play", button_style="primary")
-    out = widgets.Output()
 
-    def launch(_):
-        with out:
-            out.clear_output(wait=True)
-            try:
-                parse_caps(caps.value)
-            except ValueError:
-                print(f"cap은 양수(MiB)나 default를 공백으로 구분해 적으세요. 받은 값: {caps.value!r}")
-                return
-            print(f"랭크 {n.value}개를 실제 프로세스로 띄우는 중…")
-            result = run("buckets", nproc=n.value, caps_mb=caps.value, depth=depth.value)
-            out.clear_output(wait=True)
-            bucket_count_figure(result.data["rows"]).show()
-            overlap_timeline_figure(result.ranks[0]).show()
-            display(result)
+    def run_and_draw() -> list:
+        try:
+            parse_caps(caps.value)
+        except ValueError:
+            return [f"cap은 양수(MiB)나 default를 공백으로 구분해 적으세요. 받은 값: {caps.value!r}"]
+        result = run("buckets", nproc=n.value, caps_mb=caps.value, depth=depth.value)
+        return [bucket_count_figure(result.data["rows"]), overlap_timeline_figure(result.ranks[0]), result]
 
-    button.on_click(launch)
-    return widgets.VBox([widgets.HBox([n, depth]), widgets.HBox([caps, button]), out])
+    return launch_panel([n, depth, caps], run_and_draw)

@@ -4,27 +4,19 @@ from __future__ import annotations
 
 from ..launch import run
 from ..viz.train import learning_curves_figure
+from . import launch_panel
 
 
 def training_explorer(max_ranks: int = 8):
     """Sliders for N, B and the epochs; a button runs the ``train`` lab and draws DDP vs one process."""
     import ipywidgets as widgets
-    from IPython.display import display
 
     n = widgets.IntSlider(value=4, min=1, max=max_ranks, description="N (랭크)")
     batch = widgets.Dropdown(options=[48, 96, 192], value=96, description="B (전역 배치)")
     epochs = widgets.IntSlider(value=6, min=2, max=12, description="에폭")
-    button = widgets.Button(description="실제 랭크로 학습", icon="play", button_style="primary")
-    out = widgets.Output()
 
-    def launch(_):
-        with out:
-            out.clear_output(wait=True)
-            print(f"랭크 {n.value}개를 실제 프로세스로 띄워 학습하는 중…")
-            result = run("train", nproc=n.value, global_batch=batch.value, epochs=epochs.value)
-            out.clear_output(wait=True)
-            learning_curves_figure(result).show()
-            display(result)
+    def run_and_draw() -> list:
+        result = run("train", nproc=n.value, global_batch=batch.value, epochs=epochs.value)
+        return [learning_curves_figure(result), result]
 
-    button.on_click(launch)
-    return widgets.VBox([widgets.HBox([n, batch, epochs]), button, out])
+    return launch_panel([n, batch, epochs], run_and_draw, label="실제 랭크로 학습")
