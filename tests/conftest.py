@@ -3,6 +3,7 @@ for the browser tests (session-wide, so the whole suite starts the browser once)
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import time
@@ -15,6 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402
+
+from labs.errors import LabCheckFailed  # noqa: E402
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
@@ -143,3 +146,14 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+def assert_only_these_fail(lab_module, result, tamper, failing: set[str], **params) -> None:
+    """``lab_module.summarize`` on a tampered copy of ``result``'s rank records: exactly the
+    checks named in ``failing`` must fail, and ``assert_ok()`` must raise (a check CAN fail)."""
+    ranks = copy.deepcopy(result.ranks)
+    tamper(ranks)
+    tampered = lab_module.summarize(ranks, result.backend, {**lab_module.LAB.defaults, **params})
+    assert {c.name for c in tampered.failed()} == failing, tampered.report()
+    with pytest.raises(LabCheckFailed):
+        tampered.assert_ok()

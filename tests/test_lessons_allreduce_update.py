@@ -7,7 +7,6 @@ recorded rank data and call the lab's ``summarize`` again, so a claim that stops
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
@@ -18,6 +17,8 @@ from labs.lessons import equivalence as equivalence_lab
 from labs.lessons import update as update_lab
 from labs.viz.allreduce import bytes_figure, cost_calculator, ring_steps_figure
 from labs.viz.update import trajectory_figure
+
+from conftest import assert_only_these_fail
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -37,16 +38,6 @@ def update_runs():
 @pytest.fixture(scope="module")
 def equivalence_runs():
     return {n: labs.run("equivalence", nproc=n) for n in (1, 2, 3, 4)}
-
-
-def assert_only_these_fail(lab, result, tamper, failing: set[str], **params) -> None:
-    """Summarize a tampered copy of ``result``'s rank records: exactly ``failing`` must fail."""
-    ranks = copy.deepcopy(result.ranks)
-    tamper(ranks)
-    tampered = lab.summarize(ranks, result.backend, {**lab.LAB.defaults, **params})
-    assert {c.name for c in tampered.failed()} == failing
-    with pytest.raises(labs.LabCheckFailed):
-        tampered.assert_ok()
 
 
 # ----------------------------------------------------------------------------- allreduce (4장)

@@ -16,6 +16,8 @@ from labs.lessons import forward as forward_lab
 from labs.viz.backward import component_labels, gradient_allreduce_figure
 from labs.viz.forward import bn_buffer_figure, collective_timeline_figure, loss_figure
 
+from conftest import assert_only_these_fail
+
 pytestmark = pytest.mark.timeout(120)
 
 PLAIN_FORWARD = [{}, {"broadcast": 2}, {}, {}]  # 반복 1: 버킷 재구성(정수 2개 텐서를 broadcast)
@@ -29,16 +31,6 @@ def forward_runs():
 @pytest.fixture(scope="module")
 def backward_runs():
     return {n: labs.run("backward", nproc=n) for n in (1, 3, 4)}
-
-
-def assert_only_these_fail(lab, result, tamper, failing: set[str]) -> None:
-    """Summarize a tampered copy of ``result``'s rank records: exactly ``failing`` must fail."""
-    ranks = copy.deepcopy(result.ranks)
-    tamper(ranks)
-    tampered = lab.summarize(ranks, result.backend, dict(lab.LAB.defaults))
-    assert {c.name for c in tampered.failed()} == failing
-    with pytest.raises(labs.LabCheckFailed):
-        tampered.assert_ok()
 
 
 # ----------------------------------------------------------------------------- forward (2장)

@@ -6,7 +6,6 @@ recorded rank data and call the lab's ``summarize`` again, so a claim that stops
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 
@@ -15,6 +14,8 @@ from labs.lessons import accumulation as accumulation_lab
 from labs.lessons import buckets as buckets_lab
 from labs.lessons import uneven as uneven_lab
 from labs.viz import internals as figures
+
+from conftest import assert_only_these_fail
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,20 +37,6 @@ def accumulation_runs():
 @pytest.fixture(scope="module")
 def uneven_runs():
     return {n: labs.run("uneven", nproc=n) for n in (1, 3)}
-
-
-def tampered(lab, result, tamper, params: dict | None = None):
-    """``lab.summarize`` on a tampered copy of ``result``'s rank records."""
-    ranks = copy.deepcopy(result.ranks)
-    tamper(ranks)
-    return lab.summarize(ranks, result.backend, params or dict(lab.LAB.defaults))
-
-
-def assert_only_these_fail(lab, result, tamper, failing: set[str], params: dict | None = None) -> None:
-    again = tampered(lab, result, tamper, params)
-    assert {c.name for c in again.failed()} == failing
-    with pytest.raises(labs.LabCheckFailed):
-        again.assert_ok()
 
 
 # ----------------------------------------------------------------------------- buckets

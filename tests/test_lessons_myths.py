@@ -17,7 +17,7 @@ from labs.errors import LabConfigError
 from labs.lessons import myths as myths_lab
 from labs.viz import myths as figures
 
-from conftest import has_hangul
+from conftest import assert_only_these_fail, has_hangul
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,16 +27,6 @@ SHORT = {"steps": 30}  # 테스트는 짧게: 30스텝이면 복제본이 충분
 @pytest.fixture(scope="module")
 def runs():
     return {n: labs.run("myths", nproc=n, **SHORT) for n in (1, 3, 4)}
-
-
-def assert_only_these_fail(result, tamper, failing: set[str]) -> None:
-    """Summarize a tampered copy of ``result``'s rank records: exactly ``failing`` must fail."""
-    ranks = copy.deepcopy(result.ranks)
-    tamper(ranks)
-    tampered = myths_lab.summarize(ranks, result.backend, {**myths_lab.LAB.defaults, **SHORT})
-    assert {c.name for c in tampered.failed()} == failing, tampered.report()
-    with pytest.raises(labs.LabCheckFailed):
-        tampered.assert_ok()
 
 
 # ----------------------------------------------------------------------------- real runs
@@ -110,7 +100,7 @@ def test_sharding_checks_fail_when_a_rank_holds_less(runs):
     def tamper(ranks):
         ranks[1]["sharding"]["ddp"]["params"]["numel"] //= 2
 
-    assert_only_these_fail(runs[3], tamper, {"ddp_full_params_every_rank"})
+    assert_only_these_fail(myths_lab, runs[3], tamper, {"ddp_full_params_every_rank"}, **SHORT)
 
 
 def test_fsdp_checks_fail_when_shards_overlap(runs):
@@ -118,14 +108,14 @@ def test_fsdp_checks_fail_when_shards_overlap(runs):
         shard = ranks[0]["sharding"]["fsdp"]
         shard["params"]["numel"] = shard["grads"]["numel"] = ranks[0]["sharding"]["n_params"]
 
-    assert_only_these_fail(runs[3], tamper, {"fsdp_shards_cover_model", "fsdp_per_rank_fraction"})
+    assert_only_these_fail(myths_lab, runs[3], tamper, {"fsdp_shards_cover_model", "fsdp_per_rank_fraction"}, **SHORT)
 
 
 def test_drift_checks_fail_when_ddp_replicas_differ(runs):
     def tamper(ranks):
         ranks[2]["drift"]["ddp"]["params"][-1][0] += 1e-3
 
-    assert_only_these_fail(runs[3], tamper, {"ddp_drift_zero"})
+    assert_only_these_fail(myths_lab, runs[3], tamper, {"ddp_drift_zero"}, **SHORT)
 
 
 def test_drift_checks_fail_when_unsynced_replicas_stay_together(runs):
@@ -133,7 +123,7 @@ def test_drift_checks_fail_when_unsynced_replicas_stay_together(runs):
         for r in ranks:
             r["drift"]["unsynced"] = copy.deepcopy(ranks[0]["drift"]["unsynced"])
 
-    assert_only_these_fail(runs[3], tamper, {"unsynced_drift_grows", "unsynced_replicas_differ"})
+    assert_only_these_fail(myths_lab, runs[3], tamper, {"unsynced_drift_grows", "unsynced_replicas_differ"}, **SHORT)
 
 
 def test_loss_check_fails_when_ddp_is_worse(runs):
@@ -141,21 +131,21 @@ def test_loss_check_fails_when_ddp_is_worse(runs):
         for r in ranks:
             r["drift"]["ddp"]["full_loss"][-1] = 10.0
 
-    assert_only_these_fail(runs[3], tamper, {"ddp_not_worse_than_replicas"})
+    assert_only_these_fail(myths_lab, runs[3], tamper, {"ddp_not_worse_than_replicas"}, **SHORT)
 
 
 def test_process_checks_fail_when_ranks_share_a_process(runs):
     def tamper(ranks):
         ranks[1]["dataparallel"]["pid"] = ranks[0]["dataparallel"]["pid"]
 
-    assert_only_these_fail(runs[3], tamper, {"ddp_one_process_per_rank", "ddp_forward_in_own_main_thread"})
+    assert_only_these_fail(myths_lab, runs[3], tamper, {"ddp_one_process_per_rank", "ddp_forward_in_own_main_thread"}, **SHORT)
 
 
 def test_cpu_dataparallel_check_fails_if_it_replicated(runs):
     def tamper(ranks):
         ranks[0]["dataparallel"]["dataparallel"]["calls"]["replicate"] = 1
 
-    assert_only_these_fail(runs[3], tamper, {"dataparallel_cpu_calls_module"})
+    assert_only_these_fail(myths_lab, runs[3], tamper, {"dataparallel_cpu_calls_module"}, **SHORT)
 
 
 def test_gpu_dataparallel_checks_are_made_and_can_fail(runs):
@@ -171,7 +161,7 @@ def test_gpu_dataparallel_checks_are_made_and_can_fail(runs):
     ok = myths_lab.summarize(ranks, "nccl", {**myths_lab.LAB.defaults, **SHORT})
     assert ok.checks["dataparallel_replicates_every_step"].ok and ok.checks["dataparallel_threads"].ok
     assert "dataparallel_cpu_calls_module" not in ok.checks and ok.data["dataparallel"]["dataparallel_measured"]
-    assert_only_these_fail(runs[3], lambda r: as_two_gpus(r, 1), {"dataparallel_replicates_every_step"})
+    assert_only_these_fail(myths_lab, runs[3], lambda r: as_two_gpus(r, 1), {"dataparallel_replicates_every_step"}, **SHORT)
 
 
 # ----------------------------------------------------------------------------- figures and quiz
