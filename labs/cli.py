@@ -32,7 +32,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=launch.DEFAULT_TIMEOUT, help="제한 시간(초)")
     run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="실습 인자 (여러 번 가능)")
     run.add_argument("--json", action="store_true", help="결과를 JSON 한 객체로 출력")
+    bench = sub.add_parser("bench", help="통신 벤치마크: All-Reduce 대역폭(nccl-tests 방식), 링 vs 라이브러리, "
+                                         "메모리 복사 상한, DDP 버킷별 스텝 시간")
+    bench.add_argument("--nproc", type=int, action="append", default=None, metavar="N",
+                       help="랭크 수 (여러 번 줄 수 있음; 기본: 2, 4와 GPU·코어가 허락하는 만큼; torchrun 아래에서는 무시)")
+    bench.add_argument("--quick", action="store_true", help="작은 크기 몇 개와 적은 반복으로 몇 초 안에 끝낸다")
+    bench.add_argument("--backend", default="auto", choices=BACKENDS, help="auto(기본), gloo, nccl")
+    bench.add_argument("--timeout", type=float, default=600.0, help="N 하나당 제한 시간(초)")
+    bench.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                       help="벤치마크 인자 (여러 번 가능), 예: sizes='4K 1M 64M', repeats=10, caps_mb='0.1 25'")
+    bench.add_argument("--json", action="store_true", help="모든 결과를 JSON 한 객체로 출력")
     return parser
+
+
+def run_bench(args) -> int:
+    """``python -m labs bench``: one process group per N, tables (or one JSON object) at the end."""
+    from . import bench
+
+    params = {**(bench.FULL if not args.quick else {}), **parse_params(args.param, get_lab("bench").defaults)}
+    if launch.in_torchrun():
+        result = launch.run_in_place("bench", args.backend, args.timeout, **params)
+        if result is None:  # not rank 0: rank 0 reports for everyone
+            return EXIT_OK
+        results = [result]
+    else:
+        results = [launch.run("bench", n, args.backend, args.timeout, **params)
+                   for n in (args.nproc or bench.default_world_sizes())]
+    print(bench.to_json(results) if args.json else "\n\n".join(bench.report(r) for r in results))
+    return EXIT_OK if all(r.ok for r in results) else EXIT_CHECK_FAILED
 
 
 def parse_params(pairs: list[str], defaults: dict) -> dict:
@@ -66,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{lab.name:<12} {where:>4} · 기본 N={lab.default_nproc}  {lab.description}")
         return EXIT_OK
     try:
+        if args.command == "bench":
+            return run_bench(args)
         params = parse_params(args.param, get_lab(args.lab).defaults or {})
         if launch.in_torchrun():
             result = launch.run_in_place(args.lab, args.backend, args.timeout, **params)

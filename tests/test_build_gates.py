@@ -32,6 +32,18 @@ def test_unchanged_chapter_is_not_executed_again(tmp_path):
     assert counter.read_text().count("run") == 1, "the second build must come from the execution cache"
 
 
+def test_changed_lab_code_reexecutes_unchanged_chapters(tmp_path):
+    counter = tmp_path / "runs.txt"
+    book = make_book(tmp_path, {"book/intro.md": INTRO, "book/ch.ipynb": notebook(
+        f"open({str(counter)!r}, 'a').write('run\\n')")})
+    (book / "labs").mkdir()
+    (book / "labs" / "lesson.py").write_text("VALUE = 1\n")
+    assert build(book).returncode == 0
+    (book / "labs" / "lesson.py").write_text("VALUE = 2\n")  # the chapter itself is unchanged
+    assert build(book).returncode == 0
+    assert counter.read_text().count("run") == 2, "a change in labs/ must re-execute every chapter"
+
+
 def test_lab_source_digest_tracks_labs_and_quizzes(tmp_path):
     (tmp_path / "labs").mkdir()
     (tmp_path / "book" / "quizzes").mkdir(parents=True)

@@ -28,10 +28,14 @@ def source_digest(root: Path) -> str:
 
 
 def _invalidate_if_changed(app: Sphinx, config) -> None:
+    app.labs_changed = False
     cache = config.nb_execution_cache_path
     if not cache:
         return
+    # A relative cache path is taken relative to the book, not to wherever the build was started
+    # (myst-nb would use the current directory, so two books could share one cache).
     cache = Path(app.srcdir, cache) if not Path(cache).is_absolute() else Path(cache)
+    config.nb_execution_cache_path = str(cache)
     stamp = cache.with_name(cache.name + ".labs_digest")  # beside the cache, one per cache
     digest = source_digest(Path(app.srcdir))
     if stamp.exists() and stamp.read_text() == digest:
@@ -39,10 +43,20 @@ def _invalidate_if_changed(app: Sphinx, config) -> None:
     if cache.exists():
         logger.info("labs/ 또는 퀴즈가 바뀌어 실행 캐시를 비웁니다: 모든 장을 다시 실행합니다.")
         shutil.rmtree(cache)
+    app.labs_changed = True
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(digest)
 
 
+def _notebooks_outdated(app: Sphinx, env, added, changed, removed) -> list[str]:
+    """Emptying the cache is not enough: Sphinx would keep the old outputs of unchanged chapters.
+    When the lab code changed, every notebook is read (and so executed) again."""
+    if not getattr(app, "labs_changed", False):
+        return []
+    return sorted(doc for doc in env.found_docs if str(env.doc2path(doc)).endswith(".ipynb"))
+
+
 def setup(app: Sphinx) -> dict:
-    app.connect("config-inited", _invalidate_if_changed)
+    app.connect("config-inited", _invalidate_if_changed, priority=100)  # before myst-nb reads the path
+    app.connect("env-get-outdated", _notebooks_outdated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

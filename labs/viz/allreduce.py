@@ -203,6 +203,25 @@ def bytes_figure(ranks: list[dict], ring_theory: float, size_bytes: int) -> go.F
     return fig
 
 
+def calculator_style(div_id: str) -> str:
+    """The ``<style>`` of an inline calculator whose root element has id ``div_id`` (theme colours)."""
+    return (
+        "<style>"
+        f"#{div_id}{{border:1px solid var(--pst-color-border,#ccc);border-radius:.5rem;"
+        f"padding:.75rem 1rem;margin:1rem 0}}"
+        f"#{div_id} label{{display:inline-flex;flex-direction:column;margin:.2rem .8rem .4rem 0;font-size:.9rem}}"
+        f"#{div_id} input,#{div_id} select{{width:9rem;padding:.2rem .3rem;font:inherit;"
+        f"color:var(--pst-color-text-base,#222);background:var(--pst-color-background,#fff);"
+        f"border:1px solid var(--pst-color-border,#bbb);border-radius:.3rem}}"
+        f"#{div_id} table{{border-collapse:collapse;margin-top:.5rem}}"
+        f"#{div_id} td,#{div_id} th{{padding:.25rem .6rem;text-align:left;"
+        f"border-bottom:1px solid var(--pst-color-border,#ddd)}}"
+        f"#{div_id} td{{white-space:nowrap}}"
+        f"#{div_id} .bar{{height:.8rem;border-radius:.2rem;display:inline-block;vertical-align:middle}}"
+        "</style>"
+    )
+
+
 def cost_calculator(div_id: str, world_size: int = 8, params_millions: float = 25.6, bytes_per_value: int = 4,
                     bandwidth_gbs: float = 12.5, latency_us: float = 20.0):
     """A self-contained HTML+JS calculator (no kernel, no network): ring vs naive time per step.
@@ -217,19 +236,6 @@ def cost_calculator(div_id: str, world_size: int = 8, params_millions: float = 2
     dtype_options = "".join(
         f'<option value="{b}"{" selected" if b == bytes_per_value else ""}>{html.escape(label)}</option>'
         for b, label in ((4, "float32 (4바이트)"), (2, "bfloat16/float16 (2바이트)")))
-    style = (
-        f"#{div_id}{{border:1px solid var(--pst-color-border,#ccc);border-radius:.5rem;"
-        f"padding:.75rem 1rem;margin:1rem 0}}"
-        f"#{div_id} label{{display:inline-flex;flex-direction:column;margin:.2rem .8rem .4rem 0;font-size:.9rem}}"
-        f"#{div_id} input,#{div_id} select{{width:9rem;padding:.2rem .3rem;font:inherit;"
-        f"color:var(--pst-color-text-base,#222);background:var(--pst-color-background,#fff);"
-        f"border:1px solid var(--pst-color-border,#bbb);border-radius:.3rem}}"
-        f"#{div_id} table{{border-collapse:collapse;margin-top:.5rem}}"
-        f"#{div_id} td,#{div_id} th{{padding:.25rem .6rem;text-align:left;"
-        f"border-bottom:1px solid var(--pst-color-border,#ddd)}}"
-        f"#{div_id} td{{white-space:nowrap}}"
-        f"#{div_id} .bar{{height:.8rem;border-radius:.2rem;display:inline-block;vertical-align:middle}}"
-    )
     body = (
         f'<div id="{div_id}" class="ddp-calculator" role="group" aria-label="All-Reduce 통신 시간 계산기">'
         f'<p><strong>All-Reduce 통신 시간 계산기</strong> — 값을 바꾸면 바로 다시 계산합니다.</p>'
@@ -243,7 +249,7 @@ def cost_calculator(div_id: str, world_size: int = 8, params_millions: float = 2
         f'<div id="{ids["out"]}" aria-live="polite"></div></div>'
     )
     script = _CALCULATOR_JS.replace("__IDS__", json.dumps(ids))
-    return HTML(f"<style>{style}</style>{body}<script>{script}</script>")
+    return HTML(f"{calculator_style(div_id)}{body}<script>{script}</script>")
 
 
 _CALCULATOR_JS = """
