@@ -3,7 +3,8 @@
 DDP's gradient All-Reduce is launched from C++ (its reducer's autograd hooks), so wrapping the
 Python ``torch.distributed`` functions would miss it. The profiler sees every operation the
 process group runs, whoever called it: work items are recorded as ``gloo:all_reduce``,
-``nccl:broadcast`` and so on. Nothing here is hard-coded: the counts are what ran.
+``nccl:broadcast`` and so on, with the shape and dtype of what they carried. Nothing here is
+hard-coded: the counts are what ran.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import os
 from collections import Counter
 from contextlib import contextmanager
 
-from torch.profiler import ProfilerActivity, profile
+from torch.autograd.profiler import profile
 
 BACKEND_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
+# C++ type names the profiler reports for a work item's input, as torch dtype names.
+_PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64", "int": "int32",
+                    "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool"}
 
 
 @contextmanager
@@ -32,11 +36,18 @@ def _quiet_stderr():
 
 
 class CollectiveCounter:
-    """``with CollectiveCounter() as c: ...`` then ``c.counts == {"all_reduce": 1, ...}``."""
+    """``with CollectiveCounter() as c: ...`` then ``c.counts == {"all_reduce": 1, ...}``.
+
+    ``items`` lists, in launch order, ``{"op": "broadcast", "numel": 16, "dtype": "float32"}``:
+    the element count and dtype of each work item's first input tensor, as the profiler saw it.
+    It uses the autograd profiler that ``torch.profiler.profile`` wraps: the same events, but it
+    starts in milliseconds (``torch.profiler`` imports ``torch._inductor`` on first use).
+    """
 
     def __init__(self):
         self.counts: Counter[str] = Counter()
-        self._prof = profile(activities=[ProfilerActivity.CPU])
+        self.items: list[dict] = []
+        self._prof = profile(use_cpu=True, record_shapes=True)
 
     def __enter__(self) -> "CollectiveCounter":
         with _quiet_stderr():
@@ -46,9 +57,17 @@ class CollectiveCounter:
     def __exit__(self, *exc) -> None:
         with _quiet_stderr():
             self._prof.__exit__(*exc)
-        for event in self._prof.events():
-            if event.name.startswith(BACKEND_PREFIXES):
-                self.counts[event.name.split(":", 1)[1]] += 1
+        events = [e for e in self._prof.function_events if e.name.startswith(BACKEND_PREFIXES)]
+        for event in sorted(events, key=lambda e: e.time_range.start):
+            op = event.name.split(":", 1)[1]
+            self.counts[op] += 1
+            shape = (event.input_shapes or [[]])[0]
+            dtypes = getattr(event, "input_dtypes", None) or [""]
+            numel = 1
+            for size in shape:
+                numel *= size
+            self.items.append({"op": op, "numel": numel if shape else 0,
+                               "dtype": _PROFILER_DTYPES.get(dtypes[0], dtypes[0])})
 
     @property
     def total(self) -> int:
@@ -56,57 +75,3 @@ class CollectiveCounter:
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
-
-
-from torch.autograd.profiler import profile as _autograd_profile  # noqa: E402
-
-
-class _AutogradProfile(_autograd_profile):
-    """The profiler that ``torch.profiler.profile`` wraps, with the same ``events()`` accessor."""
-
-    def events(self):
-        return self.function_events
-
-
-class QuickCollectiveCounter(CollectiveCounter):
-    """:class:`CollectiveCounter` without the first-use cost of ``torch.profiler.profile``.
-
-    ``torch.profiler.profile`` imports ``torch._inductor`` the first time it starts (seconds of
-    CPU in every fresh rank process); the autograd profiler underneath it records the same
-    process-group events and starts in milliseconds, so labs that count many short blocks use this.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self._prof = _AutogradProfile(use_cpu=True)
-
-
-# C++ type names the profiler reports for a work item's input, as torch dtype names.
-_PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64", "int": "int32",
-                    "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool"}
-
-
-class CollectiveRecorder(QuickCollectiveCounter):
-    """A :class:`QuickCollectiveCounter` that also keeps what each collective carried.
-
-    ``items`` lists, in launch order, ``{"op": "broadcast", "numel": 16, "dtype": "float32"}``:
-    the element count and dtype of the work item's first input tensor, as the profiler saw it.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self._prof = _AutogradProfile(use_cpu=True, record_shapes=True)
-        self.items: list[dict] = []
-
-    def __exit__(self, *exc) -> None:
-        super().__exit__(*exc)
-        for event in sorted(self._prof.events(), key=lambda e: e.time_range.start):
-            if event.name.startswith(BACKEND_PREFIXES):
-                shape = (event.input_shapes or [[]])[0]
-                dtypes = getattr(event, "input_dtypes", None) or [""]
-                numel = 1
-                for size in shape:
-                    numel *= size
-                self.items.append({"op": event.name.split(":", 1)[1], "numel": numel if shape else 0,
-                                   "dtype": _PROFILER_DTYPES.get(dtypes[0], dtypes[0])})
-

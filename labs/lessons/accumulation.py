@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..comms import QuickCollectiveCounter
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
                       wrap_ddp)
@@ -49,7 +49,7 @@ def run_variant(ctx: RankContext, variant: str, micro_batches: list, lr: float, 
     ddp = wrap_ddp(model, ctx.device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
     local = []
-    with QuickCollectiveCounter() as counter:
+    with CollectiveCounter() as counter:
         if variant == "big_batch":
             xs, ys = zip(*micro_batches)
             mse_backward(ddp, torch.cat(xs), torch.cat(ys))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..comms import CollectiveRecorder
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import count_parameters, flat_gradients, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..registry import Lab
@@ -31,7 +31,7 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_se
     watched = ddp.module[0].weight  # 첫 층: 역전파에서 그래디언트가 가장 늦게 나오는 파라미터
 
     # 1) 로컬 그래디언트 g_i: no_sync() 안에서는 순전파·역전파 모두 통신 없이 끝난다
-    with ddp.no_sync(), CollectiveRecorder() as local_comm:
+    with ddp.no_sync(), CollectiveCounter() as local_comm:
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
     local = flat_gradients(ddp.module)
@@ -41,14 +41,14 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_se
     seen_in_backward = []  # 훅: autograd가 이 파라미터의 그래디언트를 막 계산한 순간의 값
     hook = watched.register_hook(lambda grad: seen_in_backward.append(grad.detach().cpu().reshape(-1).tolist()))
     loss = nn.functional.mse_loss(ddp(x), y)
-    with CollectiveRecorder() as backward_comm:
+    with CollectiveCounter() as backward_comm:
         loss.backward()
     hook.remove()
     synced = flat_gradients(ddp.module)       # backward가 돌아온 직후의 .grad
 
     # 3) 옵티마이저 스텝: w ← w − η g (통신 없음)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    with CollectiveRecorder() as step_comm:
+    with CollectiveCounter() as step_comm:
         optimizer.step()
 
     return {

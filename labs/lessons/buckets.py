@@ -4,7 +4,7 @@ DDP does not all-reduce every gradient on its own, and it does not wait for the 
 either. It packs gradients into buckets of at most ``bucket_cap_mb`` MiB and launches one
 All-Reduce per bucket as soon as every gradient in it is ready. Each rank here
 
-1. counts, with :class:`labs.comms.QuickCollectiveCounter`, the All-Reduce calls of each backward for
+1. counts, with :class:`labs.comms.CollectiveCounter`, the All-Reduce calls of each backward for
    several ``bucket_cap_mb`` values, and predicts the count from parameter sizes alone
    (the same greedy rule as ``compute_bucket_assignment_by_size`` in torch's reducer.cpp);
 2. records a timeline: when each layer's gradients were ready (tensor hooks) and when each
@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
 
-from ..comms import QuickCollectiveCounter
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import wrap_ddp
 from ..registry import Lab
@@ -133,7 +133,7 @@ def count_collectives(ctx: RankContext, cap: str, x: torch.Tensor, iterations: i
     counts, order = [], []
     for _ in range(iterations):
         timeline.reset()
-        with QuickCollectiveCounter() as counter:
+        with CollectiveCounter() as counter:
             ddp(x).square().mean().backward()
         counts.append(counter.as_dict())
         order = order or list(timeline.order)

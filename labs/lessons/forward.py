@@ -1,7 +1,7 @@
 """Chapter 2 lab: what each rank's process group really sends during the forward pass.
 
 Every rank computes its own loss ``L_i`` on its own mini-batch. Around every forward and every
-backward a :class:`~labs.comms.CollectiveRecorder` records the collectives the process group ran,
+backward a :class:`~labs.comms.CollectiveCounter` records the collectives the process group ran,
 for three models: a plain MLP, an MLP with BatchNorm whose buffers DDP syncs in forward (the
 default), and the same with ``forward_sync_buffers=False``. On CUDA a SyncBatchNorm model is
 measured too; on CPU DDP refuses it, and the lab records that refusal.
@@ -14,7 +14,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..comms import CollectiveRecorder
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..registry import Lab
@@ -58,9 +58,9 @@ def train_variant(ctx: RankContext, model: nn.Module, data: tuple, per_rank_batc
             with torch.no_grad():
                 record["global_losses"].append(float(nn.functional.mse_loss(ddp.module(xg), yg)))
         rebuilt_before = _rebuilt(ddp)
-        with CollectiveRecorder() as fwd:              # 순전파: L_i = loss(model(x_i))
+        with CollectiveCounter() as fwd:              # 순전파: L_i = loss(model(x_i))
             loss = nn.functional.mse_loss(ddp(x), y)
-        with CollectiveRecorder() as bwd:              # 역전파
+        with CollectiveCounter() as bwd:              # 역전파
             loss.backward()
         optimizer.step()
         optimizer.zero_grad()

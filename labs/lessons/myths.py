@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..comms import CollectiveRecorder
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..errors import LabConfigError
 from ..models import (count_parameters, fingerprint, flat_parameters, mse_backward, rank_batch,
@@ -76,9 +76,9 @@ def held(tensors) -> dict:
 def adam_step_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> dict:
     """One Adam step; what the rank then holds, and the collectives of forward and backward."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    with CollectiveRecorder() as forward:
+    with CollectiveCounter() as forward:
         loss = nn.functional.mse_loss(model(x), y)
-    with CollectiveRecorder() as backward:
+    with CollectiveCounter() as backward:
         loss.backward()
     optimizer.step()
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]

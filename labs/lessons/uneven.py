@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..comms import QuickCollectiveCounter
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..registry import Lab
@@ -116,7 +116,7 @@ def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch
     ddp = wrap_ddp(model, ctx.device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
     steps, solo_diff = [], []
-    with QuickCollectiveCounter() as counter:
+    with CollectiveCounter() as counter:
         dist.barrier()  # 모든 랭크의 시계 0초를 맞춘다(타임라인용)
         began = time.perf_counter()
         with Join([ddp], enable=join == "on"):  # 먼저 끝난 랭크는 남은 랭크의 All-Reduce에 0을 내며 따라간다

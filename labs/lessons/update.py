@@ -13,7 +13,7 @@ from contextlib import nullcontext
 
 import torch
 
-from ..comms import QuickCollectiveCounter
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
@@ -50,9 +50,9 @@ def train(ctx: RankContext, optimizer: str, synced: bool, steps: int, per_rank_b
               "train_collectives": [], "step_collectives": []}
     for step in range(steps):
         xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, step)  # 이 스텝 전역 배치 중 내 몫
-        with QuickCollectiveCounter() as in_fwd_bwd, (nullcontext() if synced else model.no_sync()):
+        with CollectiveCounter() as in_fwd_bwd, (nullcontext() if synced else model.no_sync()):
             mse_backward(model, xb, yb)  # DDP: 여기서 그래디언트 All-Reduce
-        with QuickCollectiveCounter() as in_step:
+        with CollectiveCounter() as in_step:
             opt.step()  # w ← w − η g: 각 랭크가 자기 복사본에서 혼자 계산한다
         opt.zero_grad()
         record["train_collectives"].append(in_fwd_bwd.as_dict())
