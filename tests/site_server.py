@@ -12,6 +12,7 @@ import functools
 import http.server
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -134,3 +135,14 @@ def serve(site: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def poll(get, ok=bool, timeout_s: float = 10.0):
+    """``get()`` until ``ok(value)`` or ``timeout_s``; returns the last value (short messages,
+    unlike Playwright's ``expect``, which dumps the whole page on failure)."""
+    deadline = time.monotonic() + timeout_s
+    value = get()
+    while not ok(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = get()
+    return value

@@ -8,25 +8,16 @@ Site: ``DDP_SITE_DIR`` (default ``<repo>/_build/html``, built by ``make book``);
 from __future__ import annotations
 
 import re
-import time
 from urllib.parse import urlsplit
 
 import pytest
+
+from site_server import poll
 
 pytestmark = pytest.mark.timeout(300)
 
 CH8, CH9, INTRO = "book/08_misconceptions.html", "book/09_checklist.html", "book/intro.html"
 NOTE = "모든 GPU가 같은 모델의 복제본을 갖고 데이터만 나눠 처리한다."
-
-
-def poll(get, ok, timeout_s: float = 5.0):
-    """``get()`` until ``ok(value)`` or ``timeout_s``; returns the last value."""
-    deadline = time.monotonic() + timeout_s
-    value = get()
-    while not ok(value) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        value = get()
-    return value
 
 
 @pytest.fixture

@@ -34,7 +34,6 @@ VIEWPORT = {"width": 1280, "height": 900}
 NAV_TIMEOUT_MS = 60_000
 RENDER_TIMEOUT_MS = 30_000
 QUIET_S = 0.5
-UI_TIMEOUT_S = 5.0
 
 # Resolves once MathJax (if the page loads it) has finished its first typesetting pass.
 WAIT_FOR_MATHJAX_JS = """
@@ -186,17 +185,6 @@ def visit(chromium, site_url, site_root):
         context.close()
 
 
-def _poll(get, ok=bool, timeout_s: float = UI_TIMEOUT_S):
-    """``get()`` until ``ok(value)`` or ``timeout_s``; returns the last value (short messages,
-    unlike Playwright's ``expect``, which dumps the whole page on failure)."""
-    deadline = time.monotonic() + timeout_s
-    value = get()
-    while not ok(value) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        value = get()
-    return value
-
-
 def _rendered(locator) -> bool:
     """True once ``locator`` matches an element (waits up to RENDER_TIMEOUT_MS)."""
     try:
@@ -301,19 +289,19 @@ def test_chapter1_quiz(visit, shots):
     right = first.locator('.ddp-quiz-choice[data-correct="1"]')
 
     wrong.click()
-    text = _poll(lambda: feedback.inner_text(), lambda t: "오답입니다" in t)
+    text = site_server.poll(lambda: feedback.inner_text(), lambda t: "오답입니다" in t)
     assert "오답입니다" in text, f"오답을 골랐는데 피드백에 '오답입니다'가 없습니다: {text!r}"
-    classes = _poll(lambda: wrong.get_attribute("class") or "", lambda c: "is-wrong" in c.split())
+    classes = site_server.poll(lambda: wrong.get_attribute("class") or "", lambda c: "is-wrong" in c.split())
     assert "is-wrong" in classes.split(), f"오답 보기에 is-wrong 클래스가 붙지 않았습니다: class={classes!r}"
     assert not explanation.is_visible(), "오답인데 해설(.ddp-quiz-explanation)이 보입니다."
 
     right.click()
-    text = _poll(lambda: feedback.inner_text(), lambda t: "정답입니다" in t)
+    text = site_server.poll(lambda: feedback.inner_text(), lambda t: "정답입니다" in t)
     assert "정답입니다" in text, f"정답을 골랐는데 피드백에 '정답입니다'가 없습니다: {text!r}"
-    classes = _poll(lambda: right.get_attribute("class") or "", lambda c: "is-correct" in c.split())
+    classes = site_server.poll(lambda: right.get_attribute("class") or "", lambda c: "is-correct" in c.split())
     assert "is-correct" in classes.split(), f"정답 보기에 is-correct 클래스가 붙지 않았습니다: class={classes!r}"
-    assert _poll(explanation.is_visible), "정답을 골랐는데 해설(.ddp-quiz-explanation)이 보이지 않습니다."
-    score = _poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
+    assert site_server.poll(explanation.is_visible), "정답을 골랐는데 해설(.ddp-quiz-explanation)이 보이지 않습니다."
+    score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
     assert "정답 1개" in score, f"점수 표시(.ddp-quiz-score)에 '정답 1개'가 없습니다: {score!r}"
 
     stored = page.evaluate("() => Object.keys(localStorage).filter(k => localStorage.getItem(k)).length")
@@ -323,10 +311,10 @@ def test_chapter1_quiz(visit, shots):
     visit.settle()
     quiz = page.locator(".ddp-quiz").first
     first = quiz.locator(".ddp-quiz-q").first
-    restored = _poll(lambda: first.locator(".ddp-quiz-feedback").inner_text(), lambda t: "정답입니다" in t)
+    restored = site_server.poll(lambda: first.locator(".ddp-quiz-feedback").inner_text(), lambda t: "정답입니다" in t)
     assert "정답입니다" in restored, f"새로고침 후 답한 상태가 localStorage에서 복원되지 않았습니다 (피드백: {restored!r})."
-    assert _poll(first.locator(".ddp-quiz-explanation").is_visible), "새로고침 후 해설이 다시 숨겨졌습니다."
-    score = _poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
+    assert site_server.poll(first.locator(".ddp-quiz-explanation").is_visible), "새로고침 후 해설이 다시 숨겨졌습니다."
+    score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
     assert "정답 1개" in score, f"새로고침 후 점수 표시가 복원되지 않았습니다: {score!r}"
 
     # The viewport at the answered question (the full page is in 01_structure-desktop.png).
