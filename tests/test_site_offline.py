@@ -4,7 +4,7 @@
 - every local script and stylesheet a page references exists in the site;
 - plotly.js is served once from ``_static/plotly.min.js`` (never inlined into a page) and is
   referenced by every page with a plotly figure;
-- MathJax is served from ``_static/mathjax/tex-svg.js`` on every page with math;
+- MathJax is served from ``_static/mathjax/startup.js`` (loading its TeX/CHTML components from there) on every page with math;
 - every page is marked as Korean (``<html lang="ko">``).
 
 The site is read from ``DDP_SITE_DIR`` (default ``<repo>/_build/html``); build it with ``make book``.
@@ -38,7 +38,7 @@ FETCHING_ATTRS = (
     ("input", "src"),
 )
 PLOTLY_STATIC = "_static/plotly.min.js"
-MATHJAX_STATIC = "_static/mathjax/tex-svg.js"
+MATHJAX_STATIC = "_static/mathjax/startup.js"
 PLOTLY_BANNER_HTML = re.compile(r"plotly\.js v\d")
 PLOTLY_BANNER_JS = re.compile(r"^\s*\*\s*plotly\.js v\d+\.\d+", re.MULTILINE)
 MAX_PAGE_BYTES = 1_500_000
