@@ -3,8 +3,9 @@
 One local HTTP server (127.0.0.1, port chosen by the OS) serves the site folder; every request
 to another host is aborted and recorded. For every page: no console errors, no uncaught page
 errors, no blocked external requests, no failed requests or HTTP errors, and a full-page
-screenshot in ``_build/screenshots/``. Chapter 1 must render its plotly figure, typeset its
-formulas with MathJax, and have a working quiz whose progress survives a reload.
+screenshot in ``_build/screenshots/``. Chapter 1 must render its plotly figure and have a working
+quiz whose progress survives a reload; formulas (MathML written at build time) must be laid out
+with the site's own math font, big operators included.
 
 Site: ``DDP_SITE_DIR`` (default ``<repo>/_build/html``, built by ``make book``).
 Browser: ``DDP_CHROMIUM`` (default ``/usr/bin/chromium``).
@@ -35,18 +36,9 @@ NAV_TIMEOUT_MS = 60_000
 RENDER_TIMEOUT_MS = 30_000
 QUIET_S = 0.5
 
-# Resolves once MathJax (if the page loads it) has finished its first typesetting pass.
-WAIT_FOR_MATHJAX_JS = """
-async () => {
-  for (let i = 0; i < 200 && !(window.MathJax && window.MathJax.startup && window.MathJax.startup.promise); i++) {
-    if (!document.querySelector('script[src*="mathjax"]')) return 'no-mathjax';
-    await new Promise(r => setTimeout(r, 50));
-  }
-  if (!(window.MathJax && window.MathJax.startup && window.MathJax.startup.promise)) return 'mathjax-not-started';
-  await window.MathJax.startup.promise;
-  return 'typeset';
-}
-"""
+# Resolves once the page's web fonts (the math font among them) have loaded or failed.
+WAIT_FOR_FONTS_JS = "async () => { await document.fonts.ready; return document.fonts.status; }"
+MATH_CHAPTER = "book/04_allreduce.html"
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -93,10 +85,9 @@ class Visit:
             self.page.wait_for_timeout(100)
 
     def settle(self) -> None:
-        """Wait until the page stops loading things and MathJax has typeset."""
+        """Wait until the page stops loading things and its fonts are ready."""
         self.wait_network_quiet()
-        state = self.page.evaluate(WAIT_FOR_MATHJAX_JS)
-        assert state != "mathjax-not-started", f"{self.page.url}: MathJax 스크립트가 있는데 시작되지 않았습니다."
+        self.page.evaluate(WAIT_FOR_FONTS_JS)
         self.wait_network_quiet()
         self.check_favicon()
 
@@ -206,18 +197,11 @@ def test_page_loads_offline_without_errors(visit, site_root, shots, rel):
     visit.assert_clean(rel)
 
     # Whatever the page contains must have rendered.
-    math = page.locator(".math")
-    for i in range(math.count()):
-        el = math.nth(i)
-        assert el.locator("mjx-container").count() >= 1, (
-            f"{rel}: {i + 1}번째 수식이 MathJax로 조판되지 않았습니다: {el.inner_text()[:120]!r}"
-        )
-    errors = page.locator("mjx-merror, [data-mjx-error]")
-    assert errors.count() == 0, (
-        f"{rel}: MathJax 조판 오류 {errors.count()}개: "
-        + "; ".join((errors.nth(i).get_attribute("data-mjx-error") or errors.nth(i).inner_text())
-                    for i in range(min(errors.count(), 5)))
-    )
+    # Formulas in closed dropdowns or hidden tabs are not laid out; every visible one must be.
+    empty = page.evaluate("""() => [...document.querySelectorAll('.math')].filter(el => el.checkVisibility()).filter(el => {
+        const m = el.querySelector('math'); const r = m && m.getBoundingClientRect();
+        return !r || r.width === 0 || r.height === 0; }).map(el => el.textContent.slice(0, 80))""")
+    assert not empty, f"{rel}: 그려지지 않은(크기 0) 수식 {len(empty)}개: {empty[:5]}"
     figures = page.locator(".plotly-graph-div")
     for i in range(figures.count()):
         fig = figures.nth(i)
@@ -249,17 +233,24 @@ def test_chapter1_plotly_figure_renders(visit):
     visit.assert_clean(CHAPTER)
 
 
-@pytest.mark.parametrize("rel", [CHAPTER, "book/intro.html"])
-def test_mathjax_typesets_formulas(visit, site_root, rel):
-    has_math = 'class="math' in (site_root / rel).read_text(encoding="utf-8") if (site_root / rel).is_file() else True
-    if rel != CHAPTER and not has_math:
-        pytest.skip(f"{rel}에는 수식이 없습니다.")
-    visit.open(rel)
+def test_formulas_use_the_math_font_and_its_big_operators(visit):
+    """MathML is laid out by the browser with the site's STIX Two Math subset: the font loads, and
+    a display-style sum is drawn with the font's larger variant (its MATH table), unlike an inline
+    one. With a missing font or a font without MATH table both sums come out the same size."""
+    visit.open(MATH_CHAPTER)
     page = visit.page
-    count = page.locator("mjx-container").count()
-    assert count >= 1, f"{rel}: MathJax로 조판된 수식(mjx-container)이 없습니다."
-    assert page.evaluate("() => !!(window.MathJax && window.MathJax.version)"), f"{rel}: MathJax가 로드되지 않았습니다."
-    visit.assert_clean(rel)
+    status = page.evaluate("""() => [...document.fonts].filter(f => f.family.replace(/"/g, '') === 'DDP Math')
+        .map(f => f.status)""")
+    assert status == ["loaded"], f"{MATH_CHAPTER}: 수식 글꼴(DDP Math) 상태가 {status}입니다. loaded여야 합니다."
+    sums = page.evaluate("""() => Object.fromEntries(['block', 'inline'].map(d => [d,
+        [...document.querySelectorAll(`math[display=${d}] mo`)].filter(e => e.textContent === '\\u2211')
+          .map(e => e.getBoundingClientRect().height)]))""")
+    assert sums["block"] and sums["inline"], f"{MATH_CHAPTER}: 블록/인라인 합 기호를 찾지 못했습니다: {sums}"
+    ratio = min(sums["block"]) / max(sums["inline"])
+    assert ratio > 1.15, (
+        f"{MATH_CHAPTER}: 블록 수식의 합 기호({min(sums['block']):.1f}px)가 인라인({max(sums['inline']):.1f}px)보다 "
+        f"충분히 크지 않습니다 (비 {ratio:.2f}). 수식 글꼴의 MATH 표가 쓰이지 않았습니다.")
+    visit.assert_clean(MATH_CHAPTER)
 
 
 def test_chapter1_quiz(visit, shots):

@@ -4,7 +4,10 @@
 - every local script and stylesheet a page references exists in the site;
 - plotly.js is served once from ``_static/plotly.min.js`` (never inlined into a page) and is
   referenced by every page with a plotly figure;
-- MathJax is served from ``_static/mathjax/startup.js`` (loading its TeX/CHTML components from there) on every page with math;
+- formulas are MathML written at build time: no page loads a math script, every formula is a
+  ``<math>`` element, and the site's math font covers every character they use, MATH table included;
+- the theme's Font Awesome font is cut down to the icons its CSS draws, and the search index is
+  loaded only by ``search.html``;
 - every page is marked as Korean (``<html lang="ko">``).
 
 The site is read from ``DDP_SITE_DIR`` (default ``<repo>/_build/html``); build it with ``make book``.
@@ -24,6 +27,8 @@ from bs4 import BeautifulSoup
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402  (tests/ has no __init__.py; see site_server's docstring)
 
+sys.path.insert(0, str(site_server.REPO / "book" / "_ext"))  # the book's Sphinx extensions
+
 pytestmark = pytest.mark.timeout(300)
 
 # <link rel=...> values that make the browser fetch something (unlike next/prev/search/canonical).
@@ -38,7 +43,9 @@ FETCHING_ATTRS = (
     ("input", "src"),
 )
 PLOTLY_STATIC = "_static/plotly.min.js"
-MATHJAX_STATIC = "_static/mathjax/startup.js"
+MATH_FONT = "_static/fonts/ddp-math.woff2"
+ICON_FONT = "_static/vendor/fontawesome/webfonts/fa-solid-900.woff2"
+SEARCH_SCRIPTS = ("searchindex.js", "_static/searchtools.js", "_static/language_data.js")
 PLOTLY_BANNER_HTML = re.compile(r"plotly\.js v\d")
 PLOTLY_BANNER_JS = re.compile(r"^\s*\*\s*plotly\.js v\d+\.\d+", re.MULTILINE)
 MAX_PAGE_BYTES = 1_500_000
@@ -217,15 +224,67 @@ def test_plotly_pages_reference_static_plotly(site):
         assert chapter in plotly_pages, "book/01_structure.html에 plotly 그림(.plotly-graph-div)이 없습니다."
 
 
-def test_math_pages_use_local_mathjax(site):
-    assert (site / MATHJAX_STATIC).is_file(), f"{MATHJAX_STATIC}가 사이트에 없습니다."
-    math_pages = [p for p in _pages(site) if _has_math(_soup(p))]
-    assert math_pages, "수식이 있는 페이지를 하나도 찾지 못했습니다 (class=\"math\" 요소가 없음)."
-    problems = [
-        _rel(site, p) for p in math_pages
-        if MATHJAX_STATIC not in _script_targets(site, p, _soup(p))
-    ]
-    assert not problems, f"수식이 있는데 {MATHJAX_STATIC}를 불러오지 않는 페이지: {problems}"
+def _math_elements(site: Path) -> dict[str, list]:
+    return {_rel(site, p): _soup(p).find_all("math") for p in _pages(site)}
+
+
+def test_formulas_are_mathml_without_scripts(site):
+    """Every formula Sphinx marked (class="math") holds one <math> element; no page loads MathJax."""
+    math_pages = 0
+    problems = []
+    for page in _pages(site):
+        soup = _soup(page)
+        if any("mathjax" in target.lower() for target in _script_targets(site, page, soup)):
+            problems.append(f"{_rel(site, page)}: MathJax 스크립트를 불러옵니다")
+        for holder in soup.select(".math"):
+            math_pages += 1
+            if len(holder.find_all("math")) != 1:
+                problems.append(f"{_rel(site, page)}: <math> 없는 수식 {holder.get_text()[:60]!r}")
+        problems += [f"{_rel(site, page)}: 변환 실패 {e.get_text()[:60]!r}" for e in soup.select(".math-error")]
+    assert math_pages >= 100, f"수식이 {math_pages}개뿐입니다. 장들에는 수식이 수백 개 있어야 합니다."
+    assert not problems, "수식은 빌드 때 MathML로 바뀌어야 합니다:\n" + "\n".join(problems[:20])
+
+
+def test_math_font_covers_every_formula_character(site):
+    """The subset STIX Two Math keeps its MATH table and every character the formulas use that the
+    full font has (Hangul in \\text{} falls back to the page font on purpose)."""
+    from fontTools.ttLib import TTFont
+    import mathml_math
+
+    assert (site / MATH_FONT).is_file(), f"{MATH_FONT}가 사이트에 없습니다."
+    subset, full = TTFont(site / MATH_FONT), TTFont(mathml_math._font_source())
+    assert "MATH" in subset, "수식 글꼴에서 MATH 표가 빠졌습니다: 큰 연산자와 늘어나는 괄호가 그려지지 않습니다."
+    used = {ch for elements in _math_elements(site).values() for e in elements for ch in e.get_text()}
+    wanted = {ch for ch in used if ord(ch) in full.getBestCmap()}
+    missing = sorted(ch for ch in wanted if ord(ch) not in subset.getBestCmap())
+    assert len(wanted) >= 40, f"수식에 쓰인 문자가 {len(wanted)}개뿐입니다."
+    assert not missing, f"{MATH_FONT}에 없는 수식 문자: {missing}"
+    assert (site / MATH_FONT).stat().st_size < 60_000, f"{MATH_FONT}가 {(site / MATH_FONT).stat().st_size} 바이트입니다."
+
+
+def test_icon_font_is_cut_to_the_theme_icons(site):
+    from fontTools.ttLib import TTFont
+    import offline_site
+
+    wanted = set(offline_site._theme_icon_codepoints(site / "_static"))
+    assert {0xF05A, 0xF071, 0xF0EB} <= wanted, "테마 CSS의 알림 상자 아이콘(info, warning, lightbulb)을 찾지 못했습니다."
+    have = set(TTFont(site / ICON_FONT).getBestCmap())
+    solid = set(TTFont(site / ICON_FONT.replace(".woff2", ".ttf")).getBestCmap())
+    assert wanted & solid <= have, f"아이콘 글꼴에 빠진 코드: {sorted(hex(c) for c in (wanted & solid) - have)}"
+    assert len(have) <= 40, f"아이콘 글꼴에 글리프가 {len(have)}개 있습니다. 테마가 쓰는 것만 남겨야 합니다."
+
+
+def test_search_index_is_loaded_only_by_the_search_page(site):
+    problems = []
+    for page in _pages(site):
+        targets = _script_targets(site, page, _soup(page))
+        loaded = [s for s in SEARCH_SCRIPTS if s in targets]
+        if _rel(site, page) == "search.html":
+            if len(loaded) != len(SEARCH_SCRIPTS):
+                problems.append(f"search.html이 {set(SEARCH_SCRIPTS) - set(loaded)}를 불러오지 않습니다")
+        elif loaded:
+            problems.append(f"{_rel(site, page)}: {loaded}")
+    assert not problems, "검색 색인은 search.html에서만 불러야 합니다:\n" + "\n".join(problems)
 
 
 def test_pages_are_korean(site):

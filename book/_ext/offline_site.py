@@ -1,15 +1,16 @@
 """Sphinx extension: make the built course work with the network off.
 
-- MathJax 3 (``tex-svg``, which needs no web fonts) is served from ``_static/mathjax/``,
-  taken from the pinned ``django-static-mathjax`` wheel instead of a CDN.
+- Formulas need no typesetting script: ``mathml_math`` turns them into MathML during the build.
 - plotly.js is served once from ``_static/plotly.min.js`` (taken from the pinned plotly
   package) and added only to pages that contain a plotly figure.
 - sphinx-thebe (live code via a remote Binder kernel and a CDN bundle) is switched off: it
   cannot work offline, and it declares ``THEBE_JS_URL`` twice, an error on every page.
-- Page weight: MathJax is loaded as components (``startup.js`` + TeX input + CHTML output, fonts
-  fetched only for the glyphs a page uses, ~0.8 MB) instead of ``tex-svg.js`` (2 MB), and the
-  theme's 1.5 MB ``fontawesome.js`` (every icon as JavaScript) is replaced by a few-KB stylesheet
-  with only the icons the theme shows, drawn from the same Font Awesome path data.
+- Page weight: the theme's 1.5 MB ``fontawesome.js`` (every icon as JavaScript) is replaced by a
+  few-KB stylesheet with only the icons the theme shows, drawn from the same Font Awesome path
+  data; the Font Awesome web font its CSS still uses (admonition and link icons) is cut down to
+  the glyphs that CSS names (152 KB -> a few KB); and Sphinx's search index (~200 KB), which the
+  theme loads on every page for a search-as-you-type box this book does not turn on, is loaded
+  only by ``search.html``.
 """
 
 from __future__ import annotations
@@ -21,17 +22,11 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-MATHJAX_SKIP_PREFIXES = ("tex-chtml", "tex-mml", "mml-", "tex-svg", "node-main")
-MATHJAX_COMPONENTS = ["input/tex", "output/chtml"]
+import font_subset
+
 # The Font Awesome icons the book theme puts on its pages (navbar, buttons, theme switch, prev/next).
 THEME_ICONS = ("magnifying-glass", "bars", "list", "sun", "moon", "expand", "circle-half-stroke", "arrow-up",
                "file-pdf", "file", "download", "outdent", "angle-right", "angle-left")
-
-
-def _mathjax_source() -> Path:
-    import mathjax  # the django-static-mathjax wheel ships MathJax 3.2.2 as package data
-
-    return Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
 
 
 def _plotly_source() -> Path:
@@ -62,20 +57,13 @@ def _icon_css() -> str:
 
 
 def _stage_vendor_files(app: Sphinx) -> None:
-    """Copy MathJax and plotly.js into a folder that becomes part of ``html_static_path``."""
+    """Put plotly.js and the icon sheet into a folder that becomes part of ``html_static_path``."""
     staging = Path(app.outdir).parent / ".offline_static"
-    mathjax_dst = staging / "mathjax"
-    if not (mathjax_dst / "tex-svg.js").exists():
-        src = _mathjax_source()
-        shutil.copytree(
-            src, mathjax_dst, dirs_exist_ok=True,
-            ignore=lambda d, names: [n for n in names if Path(d) == src and n.startswith(MATHJAX_SKIP_PREFIXES)],
-        )
+    staging.mkdir(parents=True, exist_ok=True)
     (staging / "theme-icons.css").write_text(_icon_css(), encoding="utf-8")
     app.add_css_file("theme-icons.css")
     plotly_dst = staging / "plotly.min.js"
     if not plotly_dst.exists():
-        staging.mkdir(parents=True, exist_ok=True)
         shutil.copy2(_plotly_source(), plotly_dst)
     app.config.html_static_path.append(str(staging))
 
@@ -83,8 +71,6 @@ def _stage_vendor_files(app: Sphinx) -> None:
 def _drop_thebe(app: Sphinx, config) -> None:
     for listeners in app.events.listeners.values():
         listeners[:] = [lst for lst in listeners if not getattr(lst.handler, "__module__", "").startswith("sphinx_thebe")]
-    config.mathjax_path = "mathjax/startup.js"
-    config.mathjax3_config = {**(config.mathjax3_config or {}), "loader": {"load": MATHJAX_COMPONENTS}}
 
 
 def _page_assets(app: Sphinx, pagename, templatename, context, doctree) -> None:
@@ -98,22 +84,59 @@ def _page_assets(app: Sphinx, pagename, templatename, context, doctree) -> None:
 
 
 _FONTAWESOME_TAG = re.compile(r'\s*<script defer src="[^"]*scripts/fontawesome\.js[^"]*"></script>')
+# pydata-sphinx-theme's layout.html loads these on every page for its search-as-you-type box.
+_SEARCH_TAGS = re.compile(r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>')
+_FONT_AWESOME_SOLID = "vendor/fontawesome/webfonts/fa-solid-900"
+_CSS_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
+_PRIVATE_USE = re.compile(r"([\ue000-\uf8ff])|\\(f[0-9a-fA-F]{3})")
 
 
-def _drop_fontawesome_js(app: Sphinx, exception) -> None:
-    """The theme's template hard-codes its fontawesome.js tag; theme-icons.css replaces it."""
-    if exception is not None or app.builder.format != "html":
-        return
-    for page in Path(app.outdir).rglob("*.html"):
+def _lighten_pages(app: Sphinx) -> None:
+    """The theme's template hard-codes its fontawesome.js tag (theme-icons.css replaces it) and the
+    search scripts (only search.html needs them while search-as-you-type is off)."""
+    keep_search = bool(app.config.html_theme_options.get("search_as_you_type"))
+    outdir = Path(app.outdir)
+    for page in outdir.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         lean = _FONTAWESOME_TAG.sub("", text)
+        if not keep_search and page != outdir / "search.html":
+            lean = _SEARCH_TAGS.sub("", lean)
         if lean != text:
             page.write_text(lean, encoding="utf-8")
+
+
+def _theme_icon_codepoints(static: Path) -> tuple[int, ...]:
+    """The Font Awesome code points the theme stylesheets draw with (private use area characters in
+    ``--pst-icon-*`` variables and ``content:``), leaving out Font Awesome's own ``.fa-*`` class list,
+    whose icons theme-icons.css draws as masks."""
+    codes: set[int] = set()
+    for css in static.glob("**/*.css"):
+        for selectors, body in _CSS_RULE.findall(css.read_text(encoding="utf-8")):
+            if all(s.strip().startswith(".fa-") for s in selectors.split(",")):
+                continue
+            for char, escaped in _PRIVATE_USE.findall(body):
+                codes.add(ord(char) if char else int(escaped, 16))
+    return tuple(sorted(codes))
+
+
+def _subset_icon_font(app: Sphinx) -> None:
+    static = Path(app.outdir) / "_static"
+    original = static / f"{_FONT_AWESOME_SOLID}.ttf"  # the theme ships the same glyphs as .ttf and .woff2
+    if original.is_file():
+        font_subset.subset_to_woff2(original, static / f"{_FONT_AWESOME_SOLID}.woff2",
+                                    unicodes=_theme_icon_codepoints(static))
+
+
+def _finish_site(app: Sphinx, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    _lighten_pages(app)
+    _subset_icon_font(app)
 
 
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", _drop_thebe, priority=900)
     app.connect("builder-inited", _stage_vendor_files)
     app.connect("html-page-context", _page_assets)
-    app.connect("build-finished", _drop_fontawesome_js)
+    app.connect("build-finished", _finish_site)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
