@@ -299,6 +299,21 @@ def test_pages_are_korean(site):
     )
 
 
+# The theme's interface strings, translated by book/_locale/ko (the theme has no Korean catalog).
+THEME_UI_KO = {"Skip to main content": "본문으로 건너뛰기", "Back to top": "맨 위로", "Color mode": "색 모드",
+               "On this page": "이 페이지의 내용", "Search...": "이 책에서 검색..."}
+
+
+def test_theme_interface_is_korean(site):
+    problems = []
+    for page in _pages(site):
+        text = page.read_text(encoding="utf-8")
+        problems += [f"{_rel(site, page)}: {english!r}" for english in THEME_UI_KO if english in text]
+    chapter = (site / "book/04_allreduce.html").read_text(encoding="utf-8")
+    problems += [f"book/04_allreduce.html에 {korean!r}가 없습니다" for korean in THEME_UI_KO.values() if korean not in chapter]
+    assert not problems, "테마 화면 문구가 한국어가 아닙니다 (book/_locale/ko/LC_MESSAGES/sphinx.po):\n" + "\n".join(problems[:20])
+
+
 def test_root_redirects_to_intro(site):
     index = site / site_server.REDIRECT_PAGE
     assert index.is_file(), f"{site_server.REDIRECT_PAGE}가 없습니다."
