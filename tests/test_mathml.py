@@ -34,6 +34,12 @@ def test_slash_has_no_operator_space():
     assert '<mo lspace="0" rspace="0">/</mo>' in mathml
 
 
+def test_operator_names_are_spaced_like_tex():
+    mathml = tex_to_mathml(r"\max\big(0, x\big) + \log N", "inline")
+    assert '<mo lspace="0" rspace="0">max</mo>' in mathml, "max( 사이에 공간이 들어갑니다"
+    assert '<mo lspace="0" rspace="0.167em">log</mo><mi>N</mi>' in mathml, "log N 사이에 얇은 공간이 없습니다"
+
+
 def test_korean_text_is_kept():
     assert "<mtext>계산</mtext>" in tex_to_mathml(r"t_{\text{계산}}", "inline")
 

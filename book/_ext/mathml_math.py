@@ -9,7 +9,7 @@ are made keyboard-focusable by a few lines of script.
 
 What Chromium's MathML does differently from LaTeX is fixed here: fences that LaTeX does not
 stretch (``\\lVert``, ...) are marked ``stretchy="false"``, ``a/b`` gets no space around the slash,
-and constructs that do not render correctly (``\\underbrace``/``\\overbrace``: Chromium misplaces
+operator names (``\\log``, ``\\max``) get TeX's spacing, and constructs that do not render correctly (``\\underbrace``/``\\overbrace``: Chromium misplaces
 stretched horizontal braces; ``mathvariant`` styles such as ``\\boldsymbol``: ignored by MathML
 Core) are build warnings, so ``-W`` stops the build instead of shipping a wrong formula.
 """
@@ -52,6 +52,10 @@ _FIXED_FENCE = re.compile(r"<mo>(&#x02016;|&#x02308;|&#x02309;|&#x0230A;|&#x0230
                           r"|&#x0005B;|&#x0005D;|&#x0007B;|&#x0007D;|\[|\]|\{|\}|\|)</mo>")
 # TeX sets a/b with no space around the slash; MathML's operator dictionary would add some.
 _SLASH = re.compile(r"<mo>(?:/|&#x0002F;)</mo>")
+# TeX's operator names (\\log, \\max, ...) are followed by no space before an opening parenthesis
+# and by a thin space otherwise (MathML would give max a wide operator space and log none).
+_NAMED_OPERATOR = re.compile(r"<(mi|mo)>(log|ln|exp|max|min|lim|sup|inf|sin|cos|tan|det|dim)</\1>"
+                             r"(?=(<mo[^>]*>(?:\(|&#x00028;|\[|&#x0005B;)</mo>)?)")
 _UNSUPPORTED = {
     r"\underbrace": "Chromium이 늘어난 가로 중괄호를 잘못 그립니다. 항의 이름은 수식 아래 문장으로 설명하세요.",
     r"\overbrace": "Chromium이 늘어난 가로 중괄호를 잘못 그립니다. 항의 이름은 수식 아래 문장으로 설명하세요.",
@@ -84,6 +88,8 @@ def tex_to_mathml(tex: str, display: str) -> str:
             f"mathvariant={styled[0]!r}는 MathML Core(Chromium)에서 무시됩니다. \\boldsymbol 같은 글꼴 명령 대신 "
             "\\mathbf처럼 유니코드 수학 문자로 바뀌는 명령을 쓰거나 그 문자(예: 𝒙)를 직접 쓰세요.")
     mathml = _SLASH.sub('<mo lspace="0" rspace="0">/</mo>', mathml)
+    mathml = _NAMED_OPERATOR.sub(
+        lambda m: f'<mo lspace="0" rspace="{"0" if m.group(3) else "0.167em"}">{m.group(2)}</mo>', mathml)
     return _FIXED_FENCE.sub(r'<mo stretchy="false">\1</mo>', mathml)
 
 
