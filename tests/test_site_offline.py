@@ -299,9 +299,11 @@ def test_pages_are_korean(site):
     )
 
 
-# The theme's interface strings, translated by book/_locale/ko (the theme has no Korean catalog).
+# The theme's interface strings, translated by book/_locale/ko (the theme has no Korean catalog) and,
+# where its templates hard-code them, by book/_ext/korean_ui.py.
 THEME_UI_KO = {"Skip to main content": "본문으로 건너뛰기", "Back to top": "맨 위로", "Color mode": "색 모드",
-               "On this page": "이 페이지의 내용", "Search...": "이 책에서 검색..."}
+               "On this page": "이 페이지의 내용", "Search...": "이 책에서 검색...",
+               'title="Toggle primary sidebar"': 'title="책 목차 열고 닫기"', 'aria-label="Main"': 'aria-label="책 목차"'}
 
 
 def test_theme_interface_is_korean(site):
