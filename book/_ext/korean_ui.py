@@ -11,6 +11,8 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
+import page_rewrite
+
 HARD_CODED = {
     'title="Toggle primary sidebar"': 'title="책 목차 열고 닫기"',
     'title="Toggle secondary sidebar"': 'title="이 페이지의 내용 열고 닫기"',
@@ -19,16 +21,16 @@ HARD_CODED = {
 }
 
 
+def _translate(page: Path, text: str) -> str:
+    for english, korean in HARD_CODED.items():
+        text = text.replace(english, korean)
+    return text
+
+
 def _translate_pages(app: Sphinx, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
-    for page in Path(app.outdir).rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
-        korean = text
-        for english, translated in HARD_CODED.items():
-            korean = korean.replace(english, translated)
-        if korean != text:
-            page.write_text(korean, encoding="utf-8")
+    page_rewrite.rewrite_pages(Path(app.outdir), _translate)
 
 
 def setup(app: Sphinx) -> dict:

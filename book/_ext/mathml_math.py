@@ -38,7 +38,7 @@ MATH_JS = "math-scroll.js"
 # code blocks, such a formula gets tabindex=0 so keyboard users can scroll it too (WCAG 2.1.1).
 _SCROLL_JS = """document.addEventListener("DOMContentLoaded", () => {
   const mark = () => document.querySelectorAll("div.math > math").forEach(m => {
-    if (m.scrollWidth > m.clientWidth + 1) { m.tabIndex = 0; m.setAttribute("role", "math"); }
+    if (m.scrollWidth > m.clientWidth + 1) m.tabIndex = 0;
     else m.removeAttribute("tabindex");
   });
   mark();

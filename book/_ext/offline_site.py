@@ -23,6 +23,7 @@ from pathlib import Path
 from sphinx.application import Sphinx
 
 import font_subset
+import page_rewrite
 
 # The Font Awesome icons the book theme puts on its pages (navbar, buttons, theme switch, prev/next).
 THEME_ICONS = ("magnifying-glass", "bars", "list", "sun", "moon", "expand", "circle-half-stroke", "arrow-up",
@@ -95,14 +96,13 @@ def _lighten_pages(app: Sphinx) -> None:
     """The theme's template hard-codes its fontawesome.js tag (theme-icons.css replaces it) and the
     search scripts (only search.html needs them while search-as-you-type is off)."""
     keep_search = bool(app.config.html_theme_options.get("search_as_you_type"))
-    outdir = Path(app.outdir)
-    for page in outdir.rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
+    search_page = Path(app.outdir) / "search.html"
+
+    def lighten(page: Path, text: str) -> str:
         lean = _FONTAWESOME_TAG.sub("", text)
-        if not keep_search and page != outdir / "search.html":
-            lean = _SEARCH_TAGS.sub("", lean)
-        if lean != text:
-            page.write_text(lean, encoding="utf-8")
+        return lean if keep_search or page == search_page else _SEARCH_TAGS.sub("", lean)
+
+    page_rewrite.rewrite_pages(Path(app.outdir), lighten)
 
 
 def _theme_icon_codepoints(static: Path) -> tuple[int, ...]:
