@@ -205,7 +205,7 @@ def _emphasized(spec: str) -> list[int]:
 
 
 def test_chapter_emphasized_lines_point_at_the_right_code():
-    notebook = json.loads((REPO / "book" / "06_training.ipynb").read_text(encoding="utf-8"))
+    notebook = json.loads((REPO / "book" / "06_train.ipynb").read_text(encoding="utf-8"))
     text = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
     blocks = re.findall(r"```\{literalinclude\} \.\./(\S+)\n((?::\S+:.*\n)+)```", text)
     assert len(blocks) >= 10
@@ -219,7 +219,7 @@ def test_chapter_emphasized_lines_point_at_the_right_code():
 
 
 def test_chapter_notebook_is_commit_ready():
-    notebook = json.loads((REPO / "book" / "06_training.ipynb").read_text(encoding="utf-8"))
+    notebook = json.loads((REPO / "book" / "06_train.ipynb").read_text(encoding="utf-8"))
     code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
     assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
-    assert os.path.exists(REPO / "book" / "quizzes" / "06_training.yml")
+    assert os.path.exists(REPO / "book" / "quizzes" / "06_train.yml")

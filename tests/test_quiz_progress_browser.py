@@ -16,7 +16,7 @@ from site_server import poll
 
 pytestmark = pytest.mark.timeout(300)
 
-CH8, CH9, INTRO = "book/08_misconceptions.html", "book/09_checklist.html", "book/intro.html"
+CH8, CH9, INTRO = "book/11_myths.html", "book/12_checklist.html", "book/intro.html"
 NOTE = "모든 GPU가 같은 모델의 복제본을 갖고 데이터만 나눠 처리한다."
 
 
@@ -66,23 +66,23 @@ def progress_row(page, stem: str) -> tuple[str, str]:
 
 def test_chapter8_quizzes_show_evidence_and_survive_reload(page):
     page.open(CH8)
-    assert "정답입니다" in answer(page, "08_misconceptions", 1, correct=True)
+    assert "정답입니다" in answer(page, "11_myths", 1, correct=True)
     evidence = answer(page, "08_myths_evidence", 1, correct=True)
     assert "측정 결과" in evidence and re.search(r"\d", evidence), f"오해 판별 퀴즈의 피드백에 측정값이 없습니다: {evidence!r}"
 
     page.reload(wait_until="load")
-    assert "정답입니다" in feedback(page, "08_misconceptions", 1), "새로고침 후 8장 퀴즈의 답이 복원되지 않았습니다."
+    assert "정답입니다" in feedback(page, "11_myths", 1), "새로고침 후 8장 퀴즈의 답이 복원되지 않았습니다."
     assert "측정 결과" in feedback(page, "08_myths_evidence", 1), "새로고침 후 오해 판별 퀴즈의 답이 복원되지 않았습니다."
 
     page.open(INTRO)
-    assert poll(lambda: progress_row(page, "08_misconceptions"), lambda v: v == ("1 / 5", "1")) == ("1 / 5", "1")
+    assert poll(lambda: progress_row(page, "11_myths"), lambda v: v == ("1 / 5", "1")) == ("1 / 5", "1")
     assert not page.problems, "\n".join(page.problems)
 
 
 def test_chapter9_quiz_and_self_check_survive_reload(page):
     page.open(CH9)
-    assert "오답입니다" in answer(page, "09_checklist", 1, correct=False)
-    assert "정답입니다" in answer(page, "09_checklist", 2, correct=True)
+    assert "오답입니다" in answer(page, "12_checklist", 1, correct=False)
+    assert "정답입니다" in answer(page, "12_checklist", 2, correct=True)
 
     box = page.locator('.ddp-checklist[data-item="dp-idea"]')
     model_answer = page.locator("#answer-dp-idea")
@@ -97,7 +97,7 @@ def test_chapter9_quiz_and_self_check_survive_reload(page):
     assert poll(lambda: not model_answer.is_visible(), bool), "다시 누르면 모범 답안이 접혀야 합니다."
 
     page.reload(wait_until="load")
-    assert "오답입니다" in feedback(page, "09_checklist", 1) and "정답입니다" in feedback(page, "09_checklist", 2)
+    assert "오답입니다" in feedback(page, "12_checklist", 1) and "정답입니다" in feedback(page, "12_checklist", 2)
     text = poll(lambda: box.locator("textarea").input_value(), lambda v: v == NOTE)
     assert text == NOTE, f"새로고침 후 적어 둔 설명이 복원되지 않았습니다: {text!r}"
     assert not model_answer.is_visible(), "새로고침 후에는 모범 답안이 다시 접혀 있어야 합니다."
@@ -106,5 +106,5 @@ def test_chapter9_quiz_and_self_check_survive_reload(page):
         assert page.locator(f"#{box_el.get_attribute('data-answer')}").count() == 1
 
     page.open(INTRO)
-    assert poll(lambda: progress_row(page, "09_checklist"), lambda v: v == ("2 / 5", "1")) == ("2 / 5", "1")
+    assert poll(lambda: progress_row(page, "12_checklist"), lambda v: v == ("2 / 5", "1")) == ("2 / 5", "1")
     assert not page.problems, "\n".join(page.problems)
