@@ -11,8 +11,9 @@ that shows it (Jupyter, Jupyter Book and nbval all start the kernel there); ever
 (the book's Sphinx extension, the tests) passes the folder explicitly.
 
 Authors write the correct choice anywhere in the YAML; the reader sees the choices in a fixed
-order derived from the quiz name and question id (:func:`display_order`), so a position
-pattern in the data never reaches the page and every build renders the same order.
+order derived from the quiz name and question ids (:func:`display_order`), with the correct
+answers spread over the slots, so a position pattern in the data never reaches the page and
+every build renders the same order.
 """
 
 from __future__ import annotations
@@ -115,26 +116,43 @@ def _inline(text: str) -> str:
     return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else html.escape(p) for i, p in enumerate(parts))
 
 
-def display_order(name: str, question: Question) -> list[int]:
-    """Indices into ``question.choices`` in the order the reader sees them.
+def _digest(*parts: str) -> bytes:
+    """SHA-256 of the parts: the same in every interpreter (unlike the per-process ``hash()``)."""
+    return hashlib.sha256("/".join(parts).encode("utf-8")).digest()
 
-    Each choice is ranked by SHA-256 of ``<quiz name>/<question id>/<index>``: a fixed permutation
-    per question (not Python's per-process ``hash()``), independent of where the author put the
-    correct choice, and unchanged when a choice's wording is edited.
+
+def display_order(name: str, questions: list[Question]) -> list[list[int]]:
+    """For each question, the indices into its ``choices`` in the order the reader sees them.
+
+    The slot of the correct choice is dealt so that each quiz spreads its answers over the slots:
+    questions are taken in an order fixed by ``sha256(quiz name/question id)`` and each gets the
+    least-used slot so far (ties broken by the same hash), so no slot holds more than its share and
+    the sequence in reading order follows no cycle. The other choices fill the remaining slots in
+    an order fixed by ``sha256(quiz name/question id/YAML index)``. Nothing depends on where the
+    author wrote the correct choice, and every build renders the same page.
     """
-    def rank(index: int) -> bytes:
-        return hashlib.sha256(f"{name}/{question.id}/{index}".encode("utf-8")).digest()
-
-    return sorted(range(len(question.choices)), key=rank)
+    used: dict[int, int] = {}
+    slots: dict[str, int] = {}
+    for q in sorted(questions, key=lambda q: _digest(name, q.id)):
+        slot = min(range(len(q.choices)), key=lambda k: (used.get(k, 0), _digest(name, q.id, "slot", str(k))))
+        used[slot] = used.get(slot, 0) + 1
+        slots[q.id] = slot
+    orders = []
+    for q in questions:
+        correct = next(i for i, c in enumerate(q.choices) if c.correct)
+        others = sorted((i for i in range(len(q.choices)) if i != correct), key=lambda i: _digest(name, q.id, str(i)))
+        others.insert(slots[q.id], correct)
+        orders.append(others)
+    return orders
 
 
 def to_html(name: str, questions: list[Question]) -> str:
     blocks = []
-    for number, q in enumerate(questions, start=1):
+    for number, (q, order) in enumerate(zip(questions, display_order(name, questions)), start=1):
         buttons = "".join(
             f'<button type="button" class="ddp-quiz-choice" data-choice="{i}" data-correct="{int(q.choices[i].correct)}" '
             f'data-why="{html.escape(_inline(q.choices[i].why))}">{_inline(q.choices[i].text)}</button>'
-            for i in display_order(name, q)
+            for i in order
         )
         blocks.append(
             f'<section class="ddp-quiz-q" data-qid="{html.escape(q.id)}">'

@@ -4,6 +4,7 @@ and the whole bank cannot be won by a position or length pattern (measured on th
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections import Counter
 import subprocess
@@ -301,25 +302,38 @@ def test_html_is_the_same_in_another_interpreter(tmp_path):
     assert other.stdout.decode("utf-8") == here
 
 
-def test_display_order_follows_the_question_not_the_yaml_position(tmp_path):
-    # moving the correct choice in the YAML moves it on the page with it: the page order is the same
-    # permutation of YAML indices, so no authoring habit (correct first) survives into the page
+def test_correct_slot_does_not_depend_on_the_yaml_position(tmp_path):
+    # moving the correct choice in the YAML leaves it where the reader saw it: the slot comes from
+    # the quiz name and question ids, so no authoring habit (correct first) survives into the page
     moved = copy.deepcopy(GOOD)
-    first = moved["questions"][0]["choices"]
-    first[0], first[1] = first[1], first[0]
+    for question in moved["questions"]:
+        question["choices"].append(question["choices"].pop(0))  # every correct choice moves up one place
     write_quiz(tmp_path, "good", GOOD)
     (tmp_path / "moved").mkdir()
     write_quiz(tmp_path / "moved", "good", moved)
 
-    page = parse_html(quiz.to_html("good", quiz.load("good", tmp_path)))[0]["buttons"]
-    page_moved = parse_html(quiz.to_html("good", quiz.load("good", tmp_path / "moved")))[0]["buttons"]
+    page = parse_html(quiz.to_html("good", quiz.load("good", tmp_path)))
+    page_moved = parse_html(quiz.to_html("good", quiz.load("good", tmp_path / "moved")))
 
-    assert [b["data-choice"] for b in page] == [b["data-choice"] for b in page_moved]
-    assert [b["data-correct"] for b in page] != [b["data-correct"] for b in page_moved]
-    # another quiz name or question id gives another permutation of four choices in general
-    q = quiz.load("good", tmp_path)[0]
-    orders = {tuple(quiz.display_order(name, q)) for name in ("a", "b", "c", "d", "e", "f")}
-    assert len(orders) > 1
+    for before, after in zip(page, page_moved, strict=True):
+        assert [b["data-correct"] for b in before["buttons"]] == [b["data-correct"] for b in after["buttons"]]
+        correct_before = next(b["data-choice"] for b in before["buttons"] if b["data-correct"] == "1")
+        correct_after = next(b["data-choice"] for b in after["buttons"] if b["data-correct"] == "1")
+        assert correct_before != correct_after
+
+
+def test_each_quiz_deals_its_correct_slots_evenly():
+    # twelve four-choice questions in one quiz: every slot holds the correct answer exactly three times,
+    # and the sequence in reading order is not a simple cycle
+    questions = [quiz.Question(f"q{i}", "문제", tuple(quiz.Choice(t, t == "맞음", "해설") for t in ("가", "나", "맞음", "라")),
+                               "해설") for i in range(12)]
+    orders = quiz.display_order("deal", questions)
+    slots = [order.index(2) for order in orders]
+    assert Counter(slots) == {0: 3, 1: 3, 2: 3, 3: 3}
+    assert slots != [i % 4 for i in range(12)] and slots[:4] != slots[4:8]
+    assert all(sorted(order) == [0, 1, 2, 3] for order in orders)
+    assert quiz.display_order("deal", questions) == orders
+    assert quiz.display_order("other", questions) != orders
 
 
 def test_quiz_reads_the_folder_next_to_the_notebook(tmp_path, monkeypatch):
@@ -343,27 +357,36 @@ def test_labs_does_not_hard_code_the_book_folder():
 
 # ----------------------------------------------------------------------------- the whole bank, as the reader sees it
 
-def shown(quiz_dir: Path) -> list[tuple[str, int, list[int]]]:
-    """(question id, 0-based position of the correct button, visible length of each button's text)
-    for every question of every quiz in ``quiz_dir``, read from the rendered HTML."""
+def shown_by_quiz(quiz_dir: Path) -> dict[str, list[tuple[str, int, list[int]]]]:
+    """Per quiz in ``quiz_dir``: (question id, 0-based position of the correct button, visible length
+    of each button's text) for every question, read from the rendered HTML."""
     files = sorted(quiz_dir.glob("*.yml"))
     assert files, f"{quiz_dir}에 퀴즈 파일이 없습니다. 검사할 문제가 없으면 검사는 실패해야 합니다."
-    rows = []
+    quizzes = {}
     for name, questions in quiz.load_all(quiz_dir).items():  # a bank without questions raises QuizDataError
+        rows = []
         for q, section in zip(questions, parse_html(quiz.to_html(name, questions)), strict=True):
             buttons = section["buttons"]
             position = [b["data-correct"] for b in buttons].index("1")
             lengths = [len(q.choices[int(b["data-choice"])].text.replace("`", "")) for b in buttons]
             rows.append((q.id, position, lengths))
-    return rows
+        quizzes[name] = rows
+    return quizzes
 
 
-def position_problem(rows) -> str | None:
-    """Why the bank could be won by always clicking one position (None when it cannot)."""
+def shown(quiz_dir: Path) -> list[tuple[str, int, list[int]]]:
+    """The rows of :func:`shown_by_quiz` for the whole bank."""
+    return [row for rows in shown_by_quiz(quiz_dir).values() for row in rows]
+
+
+def position_problem(rows, where: str = "책 전체") -> str | None:
+    """Why ``rows`` could be won by always clicking one position (None when they cannot). A single
+    quiz may round the 40 % share up (a 5-question quiz may have 2 answers in one slot)."""
     counts = Counter(position for _, position, _ in rows)
     position, count = counts.most_common(1)[0]
-    if count / len(rows) > MAX_POSITION_SHARE:
-        return (f"정답이 {position + 1}번째 보기인 문제가 {count}/{len(rows)}개({count / len(rows):.0%})입니다. "
+    allowed = MAX_POSITION_SHARE * len(rows) if where == "책 전체" else math.ceil(MAX_POSITION_SHARE * len(rows))
+    if count > allowed:
+        return (f"{where}: 정답이 {position + 1}번째 보기인 문제가 {count}/{len(rows)}개({count / len(rows):.0%})입니다. "
                 f"한 자리가 {MAX_POSITION_SHARE:.0%}를 넘으면 안 됩니다. 위치별 정답 수: "
                 + ", ".join(f"{p + 1}번째 {c}개" for p, c in sorted(counts.items())))
     return None
@@ -378,9 +401,25 @@ def length_problem(rows) -> str | None:
     return None
 
 
+def shortest_problem(rows) -> str | None:
+    """Why the bank could be won by always clicking the shortest choice (ties count as shortest)."""
+    shortest = [qid for qid, position, lengths in rows if lengths[position] <= min(lengths)]
+    if len(shortest) > MAX_LONGEST_SHARE * len(rows):
+        return (f"정답이 가장 짧은 보기(동률 포함)인 문제가 {len(shortest)}/{len(rows)}개입니다. 3분의 1 이하여야 합니다: "
+                + ", ".join(shortest))
+    return None
+
+
 def test_bank_correct_position_is_spread():
     problem = position_problem(shown(QUIZ_BANK))
     assert problem is None, problem
+
+
+def test_each_quiz_spreads_its_correct_positions():
+    # a reader meets one chapter's quiz at a time: the spread must hold there too
+    problems = [position_problem(rows, f"퀴즈 {name}") for name, rows in shown_by_quiz(QUIZ_BANK).items()]
+    problems = [p for p in problems if p]
+    assert not problems, "\n".join(problems)
 
 
 def test_bank_correct_choice_is_rarely_the_longest():
@@ -388,12 +427,23 @@ def test_bank_correct_choice_is_rarely_the_longest():
     assert problem is None, problem
 
 
+def test_bank_correct_choice_is_not_systematically_the_shortest():
+    # the other length pattern: once the correct answers are trimmed, "always click the shortest" must not win
+    problem = shortest_problem(shown(QUIZ_BANK))
+    assert problem is None, problem
+
+
 def test_bank_checks_catch_patterns(tmp_path, monkeypatch):
     # without the shuffle the page shows the YAML order: a bank written "correct first" must fail
     rows = [("q1", 0, [9, 3, 3]), ("q2", 0, [8, 2, 2]), ("q3", 1, [2, 2, 5])]
     assert "1번째 2개" in position_problem(rows) and "2/3" in length_problem(rows)
+    assert "2/3" in shortest_problem([("a", 0, [1, 5]), ("b", 0, [2, 2]), ("c", 0, [9, 1])])
+    assert shortest_problem(rows) is None and length_problem([("a", 0, [1, 5]), ("b", 1, [4, 3, 3])]) is None
     assert position_problem([("a", 0, [1, 2]), ("b", 1, [1, 2]), ("c", 2, [1, 1, 2])]) is None
-    monkeypatch.setattr(quiz, "display_order", lambda name, q: list(range(len(q.choices))))
+    seven = [(f"q{i}", p, [1, 2, 3, 4]) for i, p in enumerate([0, 0, 0, 1, 2, 3, 1])]
+    assert position_problem(seven, "퀴즈 x") is None and "1번째 3개" in position_problem(seven)
+    assert "퀴즈 x" in position_problem([(f"q{i}", p, [1, 2]) for i, p in enumerate([0, 0, 0, 1, 1])], "퀴즈 x")
+    monkeypatch.setattr(quiz, "display_order", lambda name, questions: [list(range(len(q.choices))) for q in questions])
     data = copy.deepcopy(GOOD)
     for i, question in enumerate(data["questions"] * 3):
         question = copy.deepcopy(question)
