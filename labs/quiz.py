@@ -1,4 +1,4 @@
-"""Self-check quizzes: questions live as data (``book/quizzes/*.yml``), rendered as static HTML.
+"""Self-check quizzes: questions live as data (the book's ``quizzes/*.yml``), rendered as static HTML.
 
 The same HTML works in the built site with no kernel and no network, and in live Jupyter:
 choices are real buttons, feedback and the explanation of every answer are in the page, and a

@@ -379,34 +379,41 @@ def shown(quiz_dir: Path) -> list[tuple[str, int, list[int]]]:
     return [row for rows in shown_by_quiz(quiz_dir).values() for row in rows]
 
 
-def position_problem(rows, where: str = "책 전체") -> str | None:
-    """Why ``rows`` could be won by always clicking one position (None when they cannot). A single
-    quiz may round the 40 % share up (a 5-question quiz may have 2 answers in one slot)."""
+BANK = "책 전체"
+
+
+def allowed(share: float, rows, where: str) -> float:
+    """How many questions may show a pattern: ``share`` of the bank, or of one quiz rounded up
+    (a 5-question quiz may have 2 answers in one slot, or 2 longest correct answers)."""
+    return share * len(rows) if where == BANK else math.ceil(share * len(rows))
+
+
+def position_problem(rows, where: str = BANK) -> str | None:
+    """Why ``rows`` could be won by always clicking one position (None when they cannot)."""
     counts = Counter(position for _, position, _ in rows)
     position, count = counts.most_common(1)[0]
-    allowed = MAX_POSITION_SHARE * len(rows) if where == "책 전체" else math.ceil(MAX_POSITION_SHARE * len(rows))
-    if count > allowed:
+    if count > allowed(MAX_POSITION_SHARE, rows, where):
         return (f"{where}: 정답이 {position + 1}번째 보기인 문제가 {count}/{len(rows)}개({count / len(rows):.0%})입니다. "
                 f"한 자리가 {MAX_POSITION_SHARE:.0%}를 넘으면 안 됩니다. 위치별 정답 수: "
                 + ", ".join(f"{p + 1}번째 {c}개" for p, c in sorted(counts.items())))
     return None
 
 
-def length_problem(rows) -> str | None:
-    """Why the bank could be won by always clicking the longest choice (ties count as longest)."""
+def length_problem(rows, where: str = BANK) -> str | None:
+    """Why ``rows`` could be won by always clicking the longest choice (ties count as longest)."""
     longest = [qid for qid, position, lengths in rows if lengths[position] >= max(lengths)]
-    if len(longest) > MAX_LONGEST_SHARE * len(rows):
-        return (f"정답이 가장 긴 보기(동률 포함)인 문제가 {len(longest)}/{len(rows)}개입니다. 3분의 1 이하여야 합니다. "
+    if len(longest) > allowed(MAX_LONGEST_SHARE, rows, where):
+        return (f"{where}: 정답이 가장 긴 보기(동률 포함)인 문제가 {len(longest)}/{len(rows)}개입니다. 3분의 1 이하여야 합니다. "
                 f"정답을 짧게 다듬거나 오답에 실제 오해를 자세히 적으세요: {', '.join(longest)}")
     return None
 
 
-def shortest_problem(rows) -> str | None:
-    """Why the bank could be won by always clicking the shortest choice (ties count as shortest)."""
+def shortest_problem(rows, where: str = BANK) -> str | None:
+    """Why ``rows`` could be won by always clicking the shortest choice (ties count as shortest)."""
     shortest = [qid for qid, position, lengths in rows if lengths[position] <= min(lengths)]
-    if len(shortest) > MAX_LONGEST_SHARE * len(rows):
-        return (f"정답이 가장 짧은 보기(동률 포함)인 문제가 {len(shortest)}/{len(rows)}개입니다. 3분의 1 이하여야 합니다: "
-                + ", ".join(shortest))
+    if len(shortest) > allowed(MAX_LONGEST_SHARE, rows, where):
+        return (f"{where}: 정답이 가장 짧은 보기(동률 포함)인 문제가 {len(shortest)}/{len(rows)}개입니다. "
+                f"3분의 1 이하여야 합니다: {', '.join(shortest)}")
     return None
 
 
@@ -415,9 +422,10 @@ def test_bank_correct_position_is_spread():
     assert problem is None, problem
 
 
-def test_each_quiz_spreads_its_correct_positions():
-    # a reader meets one chapter's quiz at a time: the spread must hold there too
-    problems = [position_problem(rows, f"퀴즈 {name}") for name, rows in shown_by_quiz(QUIZ_BANK).items()]
+@pytest.mark.parametrize("check", [position_problem, length_problem, shortest_problem], ids=lambda f: f.__name__)
+def test_each_quiz_has_no_pattern(check):
+    # a reader meets one chapter's quiz at a time: no position or length pattern there either
+    problems = [check(rows, f"퀴즈 {name}") for name, rows in shown_by_quiz(QUIZ_BANK).items()]
     problems = [p for p in problems if p]
     assert not problems, "\n".join(problems)
 
@@ -443,6 +451,9 @@ def test_bank_checks_catch_patterns(tmp_path, monkeypatch):
     seven = [(f"q{i}", p, [1, 2, 3, 4]) for i, p in enumerate([0, 0, 0, 1, 2, 3, 1])]
     assert position_problem(seven, "퀴즈 x") is None and "1번째 3개" in position_problem(seven)
     assert "퀴즈 x" in position_problem([(f"q{i}", p, [1, 2]) for i, p in enumerate([0, 0, 0, 1, 1])], "퀴즈 x")
+    five_longest = [(f"q{i}", 0, [9, 1, 1]) for i in range(3)] + [(f"q{i}", 1, [9, 1, 1]) for i in range(3, 5)]
+    assert length_problem(five_longest) and "퀴즈 x: " in length_problem(five_longest, "퀴즈 x")
+    assert length_problem(five_longest[:2] + five_longest[3:], "퀴즈 x") is None
     monkeypatch.setattr(quiz, "display_order", lambda name, questions: [list(range(len(q.choices))) for q in questions])
     data = copy.deepcopy(GOOD)
     for i, question in enumerate(data["questions"] * 3):
