@@ -58,12 +58,12 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     nproc = lab.default_nproc if nproc is None else nproc
     check_nproc(nproc)
     check_timeout(timeout)
-    params = lab.params(params, nproc)
+    params = lab.resolve_params(params, nproc)
     resolved = resolve_backend(backend, nproc)
     started = time.perf_counter()
     records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
-    result = lab.summarize(records, resolved, params)
-    result.data.setdefault("wall_seconds", time.perf_counter() - started)
+    result = lab.finish(records, resolved, params)
+    result.wall_seconds = time.perf_counter() - started
     return result
 
 
@@ -86,7 +86,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     check_timeout(timeout)
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    params = lab.params(params, world_size)
+    params = lab.resolve_params(params, world_size)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     resolved = resolve_backend(backend, local_world)
@@ -98,7 +98,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
         dist.gather_object(record, gathered, dst=0)
     finally:
         dist.destroy_process_group()
-    return lab.summarize(gathered, resolved, params) if rank == 0 else None
+    return lab.finish(gathered, resolved, params) if rank == 0 else None
 
 
 def _context() -> mp.context.BaseContext:
