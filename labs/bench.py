@@ -37,7 +37,9 @@ from .lessons.allreduce import P2P, ring_all_reduce_
 from .lessons.buckets import layer_stack
 from .models import count_parameters, wrap_ddp
 from .params import Float, Int, ListOf, seed
+from .primitives import sync
 from .registry import Lab
+from .timing import slowest, time_calls
 from .result import Check, LabResult, Summary, check_at_least, check_at_most, check_close, check_equal, check_true
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -85,34 +87,6 @@ def size_label(nbytes: int) -> str:
 
 # --- 측정 도구 (모든 랭크에서 실행) -----------------------------------------------------------
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_calls(fns: dict[str, Callable[[], object]], device: torch.device, warmup: int,
-               repeats: int) -> dict[str, list[float]]:
-    """Seconds of each of ``repeats`` calls of every function in ``fns``, after ``warmup`` untimed ones.
-
-    The functions take turns (a, b, a, b, ...), so a burst of load from other programs hits them
-    alike. Every timed call starts right after a barrier, so all ranks start together; with CUDA
-    the device is synchronized before the clock starts and before it stops (kernels are async).
-    """
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    seconds: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            dist.barrier()
-            _sync(device)
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            seconds[name].append(time.perf_counter() - start)
-    return seconds
-
-
 def copy_seconds(ctx: RankContext, nbytes: int, warmup: int, repeats: int) -> dict:
     """``dst.copy_(src)`` of ``nbytes``: by rank 0 while the others wait, and by all ranks at once."""
     src = torch.ones(nbytes // 4, device=ctx.device)
@@ -148,11 +122,11 @@ def ring_step_seconds(ctx: RankContext, size: int, repeats: int) -> dict:
     per_step: list[list[float]] = []
     for _ in range(repeats):
         dist.barrier()
-        _sync(ctx.device)
+        sync(ctx.device)
         marks = [time.perf_counter()]
 
         def mark(*_step) -> None:
-            _sync(ctx.device)
+            sync(ctx.device)
             marks.append(time.perf_counter())
 
         ring_all_reduce_(buf, P2P(), on_step=mark)
@@ -188,13 +162,13 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
                after_backward: Callable[[], None] | None = None, micro_steps: int = 1) -> Callable[[], None]:
     """One optimizer step over ``micro_steps`` micro-batches (gradient accumulation).
 
-    Under DDP every backward all-reduces, except inside ``no_sync()``: there the first K-1
+    Under DDP every backward all-reduces, except inside ``nosync()``: there the first K-1
     micro-steps only accumulate, and the last one all-reduces the sum (chapter 7).
     """
     def step() -> None:
         optimizer.zero_grad(set_to_none=False)
         for i in range(micro_steps):
-            with model.no_sync() if i < micro_steps - 1 else nullcontext():
+            with model.nosync() if i < micro_steps - 1 else nullcontext():
                 (model(x).square().mean() / micro_steps).backward()
         if after_backward:
             after_backward()
@@ -202,7 +176,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     return step
 
 
-ACCUM = "accum"  # 가장 큰 cap의 DDP + no_sync()로 K개 마이크로 스텝 누적
+ACCUM = "accum"  # 가장 큰 cap의 DDP + nosync()로 K개 마이크로 스텝 누적
 
 
 def variant_names(caps: list[float]) -> list[str]:
@@ -243,7 +217,7 @@ def ddp_variants(ctx: RankContext, caps: list[float], width: int, depth: int, ba
     for name, step in steps_by_name.items():
         with CollectiveCounter() as counter:
             step()
-            _sync(ctx.device)
+            sync(ctx.device)
         calls[name] = counter.counts.get("all_reduce", 0)
     return {"seconds": seconds, "all_reduce": calls, "n_params": n_params, "n_tensors": 2 * depth,
             "micro_steps": {name: accum_steps if name == ACCUM else 1 for name in steps_by_name}}
@@ -265,11 +239,6 @@ def rank_fn(ctx: RankContext, sizes: tuple[int, ...], repeats: int, warmup: int,
 
 
 # --- 요약: 표의 수치와 확인 ----------------------------------------------------------------------
-
-def slowest(per_rank: list[list[float]]) -> list[float]:
-    """Per repeat, the slowest rank's time: a collective ends when its last rank does."""
-    return [max(times) for times in zip(*per_rank)]
-
 
 def slowest_median(per_rank: list[list[float]]) -> float:
     return statistics.median(slowest(per_rank))
@@ -461,7 +430,7 @@ def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
     ]
     largest = f"ddp:{max(parse_caps(params['caps_mb'])):g}"
     checks.append(check_equal("accumulation_same_calls_per_step", by[ACCUM]["calls_by_rank"], by[largest]["calls_by_rank"],
-                              f"no_sync()로 K={params['accum_steps']}개를 누적한 옵티마이저 스텝은 누적 없는 스텝"
+                              f"nosync()로 K={params['accum_steps']}개를 누적한 옵티마이저 스텝은 누적 없는 스텝"
                               f"(bucket_cap_mb={largest[4:]})과 같은 횟수만 All-Reduce한다: 통신은 마지막 역전파에서 한 번"))
     if n >= 2:
         best = min(by[f"ddp:{cap:g}"]["step_ms"] for cap in parse_caps(params["caps_mb"]))
@@ -469,7 +438,7 @@ def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
                             "가장 빠른 DDP 설정의 스텝 시간이 파라미터마다 all_reduce하는 루프보다 짧다(시간 비율)"))
         single = by[largest]["efficiency"]
         checks.append(check_at_least("accumulation_raises_efficiency", by[ACCUM]["efficiency"], single,
-                            f"no_sync()로 K={params['accum_steps']}개를 누적하면 통신을 K 마이크로 스텝에 한 번만 하므로 효율"
+                            f"nosync()로 K={params['accum_steps']}개를 누적하면 통신을 K 마이크로 스텝에 한 번만 하므로 효율"
                             f"(계산 ÷ 스텝 시간)이 같은 설정(bucket_cap_mb={largest[4:]})의 누적 없는 스텝(기준)보다 높다"))
     return checks
 
