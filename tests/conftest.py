@@ -148,12 +148,19 @@ def chromium():
             browser.close()
 
 
+def summarize_again(lab_module, ranks: list[dict], backend: str, **params):
+    """The engine's summary of ``ranks`` (records of a real run, maybe altered) with the lab's
+    defaults updated by ``params``: what ``labs.run`` would have returned for those records."""
+    lab = lab_module.LAB
+    return lab.finish(ranks, backend, lab.resolve_params(params, len(ranks)))
+
+
 def assert_only_these_fail(lab_module, result, tamper, failing: set[str], **params) -> None:
-    """``lab_module.summarize`` on a tampered copy of ``result``'s rank records: exactly the
-    checks named in ``failing`` must fail, and ``assert_ok()`` must raise (a check CAN fail)."""
+    """The lab's summary of a tampered copy of ``result``'s rank records: exactly the checks named
+    in ``failing`` must fail, and ``assert_ok()`` must raise (a check CAN fail)."""
     ranks = copy.deepcopy(result.ranks)
     tamper(ranks)
-    tampered = lab_module.summarize(ranks, result.backend, {**lab_module.LAB.defaults, **params})
+    tampered = summarize_again(lab_module, ranks, result.backend, **{**result.params, **params})
     assert {c.name for c in tampered.failed()} == failing, tampered.report()
     with pytest.raises(LabCheckFailed):
         tampered.assert_ok()
