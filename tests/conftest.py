@@ -18,6 +18,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402
 
 from labs.errors import LabCheckFailed  # noqa: E402
+from labs.replay import RECORD_ENV, REPLAY_ENV  # noqa: E402
+
+REPLAY_VARS = (RECORD_ENV, REPLAY_ENV)
+
+
+@pytest.fixture(autouse=True)
+def _real_ranks_when_marked(request, monkeypatch):
+    """Tests marked ``real_ranks`` (the launcher's own) always start processes: no lab replay."""
+    if request.node.get_closest_marker("real_ranks"):
+        for name in REPLAY_VARS:
+            monkeypatch.delenv(name, raising=False)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "real_ranks: never replay recorded lab runs (labs/replay.py)")
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
@@ -31,8 +46,9 @@ def has_hangul(text: str) -> bool:
 
 
 def clean_env(**extra: str) -> dict:
-    """os.environ without torchrun's variables (so the CLI takes the spawn path), plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
+    """os.environ without torchrun's variables (so the CLI takes the spawn path) and without lab
+    replay (a command run by a test really starts its ranks), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and k not in REPLAY_VARS}
     env.update(extra)
     return env
 

@@ -22,7 +22,7 @@ from labs.errors import LabConfigError, LabTimeoutError, RankCrashedError, RankF
 
 from conftest import has_hangul, live_children
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.real_ranks]
 
 
 def _assert_faults_ok(result, n: int) -> None:
