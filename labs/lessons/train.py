@@ -24,7 +24,7 @@ from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
 from ..models import flat_parameters
 from ..params import Float, Int, seed, Text
@@ -303,9 +303,9 @@ LAB = Lab(
             "ckpt_dir": Text("", help="체크포인트 폴더 (비우면 저장하지 않음)"),
             "fail_at_epoch": Int(0, min=0, max=100, help="이 에폭 중간에 랭크 하나를 죽인다 (0이면 고장 없음)")},
     validate=validate,
-    record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host", "resumed_from",
-                           "fingerprint", "checksum", "params", "history", "per_rank_batch", "orders",
-                           "orders_without_set_epoch", "run_collectives", "steps_per_epoch", "phases", "reference"}),
+    record_keys=DESCRIBE_KEYS | {"resumed_from", "fingerprint", "checksum", "params", "history", "per_rank_batch",
+                                 "orders", "orders_without_set_epoch", "run_collectives", "steps_per_epoch",
+                                 "phases", "reference"},
     data_keys=frozenset({"summary", "reference_history", "per_rank_batch", "global_batch", "param_tolerance",
                          "phases", "run_collectives", "steps_per_epoch", "epochs_trained"}),
 )
