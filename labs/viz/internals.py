@@ -307,3 +307,29 @@ def join_table(result):
         [[r["rank"], r["join"]["iterations"], r["join"]["all_reduce"], f"{r['join']['left_join'] * 1000:.1f}",
           r["join"]["fingerprint"]] for r in result.ranks],
         caption="Join 안에서의 학습 기록 (실제 실행)")
+
+
+def rebuild_items_text(forward) -> str:
+    """What the bucket-rebuild broadcast carried in chapter 2's ``forward`` lab (plain MLP, rank 0)."""
+    counts = forward.data["counts"]["plain"]
+    iteration = counts["rebuilt"].index(True)
+    items = forward.data["items"]["plain"]["forward"][iteration]
+    carried = ", ".join(f"{it['op']}({it['dtype']} {it['numel']}개)" for it in items) or "없음"
+    return f"2장 실습 forward의 일반 MLP: 버킷을 다시 짠 반복 {iteration}의 순전파에서 나른 것 = {carried}"
+
+
+def legacy_buffer_table(forward):
+    """running_mean[0] per rank after wrapping with ``forward_sync_buffers=False`` vs ``broadcast_buffers=False``."""
+    return html_table(
+        ["랭크", "감싸기 전", "forward_sync_buffers=False로 감싼 뒤", "broadcast_buffers=False로 감싼 뒤"],
+        [[r["rank"], f"{r['rank'] + 1.0:.1f}", f"{r['variants']['bn_nosync']['bn_entry_mean'][0][0]:.1f}",
+          f"{r['legacy']['running_mean0']:.1f}"] for r in forward.ranks],
+        caption="BatchNorm의 running_mean[0]: DDP 생성자의 초기 동기화가 버퍼를 맞추는가 (2장 실습 forward, 실제 실행 기록)")
+
+
+def bucket_count_alt(rows: list[dict]) -> str:
+    """The bucket-count figure's alt text, with the measured counts."""
+    steady = ", ".join(f"{cap_label(row['cap'])} {row['steady']}번" for row in rows)
+    first = sorted({row["first_iteration"] for row in rows})
+    return (f"bucket_cap_mb 값별 역전파 한 번의 All-Reduce 횟수 막대그래프. 첫 반복은 {'·'.join(map(str, first))}번이고, "
+            f"2번째 반복부터 {steady}으로 검은 예측선과 비교된다.")
