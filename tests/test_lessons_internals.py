@@ -157,7 +157,7 @@ def test_bucket_figures(bucket_runs):
 def test_accumulation_checks_hold(accumulation_runs, n):
     result = accumulation_runs[n]
     assert result.ok, result.report()
-    k = accumulation_lab.LAB.defaults["micro_steps"]
+    k = accumulation_lab.LAB.params["micro_steps"].default
     assert result.data["counts"] == {"sync_every": k, "no_sync": 1, "big_batch": 1}
     assert max(result.data["max_diff_vs_big"].values()) <= 1e-6
     assert ("grads_local_inside_no_sync" in result.checks) == (n > 1)

@@ -139,7 +139,7 @@ def drift_figure(drift: dict, frame_every: int = 5) -> go.Figure:
 def _myth(qid: str, claim: str, evidence: str, explanation: str) -> Question:
     """A true/false question whose correct answer is "오해" and whose feedback is the evidence."""
     return Question(
-        id=f"ch8-myth-{qid}", prompt=f"“{claim}” — 사실일까요, 오해일까요?",
+        id=f"ch11-myth-{qid}", prompt=f"“{claim}” — 사실일까요, 오해일까요?",
         choices=(Choice("사실이다", False, f"측정 결과가 반대입니다. {evidence}"),
                  Choice("오해다", True, f"측정 결과: {evidence}")),
         explanation=explanation)
