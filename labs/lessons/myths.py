@@ -1,4 +1,4 @@
-"""Chapter 8 lab: three common misconceptions about DDP, each refuted on real ranks.
+"""Chapter 11 lab: three common misconceptions about DDP, each refuted on real ranks.
 
 One lab, three parts (``parts`` picks which ones run; the chapter reuses the ``forward`` and
 ``update`` labs for the other two misconceptions):

@@ -4,7 +4,7 @@ Every rank trains the same DDP model on its own data for a few steps, once with 
 momentum) and once with Adam, and records after every step a fingerprint of its parameters,
 the parameters themselves and which collectives ran during ``backward()`` and during
 ``optimizer.step()``. A third run wraps every step in ``no_sync()``: the gradients are no
-longer averaged and the replicas drift apart (the preview of chapter 8).
+longer averaged and the replicas drift apart (the preview of chapter 11).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chapter 8 figures and the "오해 판별" quiz, all fed by values measured on real ranks."""
+"""Chapter 11 figures and the "오해 판별" quiz, all fed by values measured on real ranks."""
 
 from __future__ import annotations
 
