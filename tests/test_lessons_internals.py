@@ -149,6 +149,10 @@ def test_bucket_figures(bucket_runs):
     timeline = figures.overlap_timeline_figure(result.ranks[0])
     assert len(timeline.layout.sliders[0].steps) == len(CHAPTER_CAPS)
     assert sum(1 for t in timeline.data if t.visible) == 3  # 순전파, 층별 역전파, 버킷: 한 cap만 보인다
+    table = figures.bucket_table(result).data
+    assert table.count("<tr>") == 1 + len(CHAPTER_CAPS) and "첫 버킷 1 MiB, 나머지 25 MiB" in table
+    alt = figures.bucket_count_alt(result.data["rows"])
+    assert all(f"{figures.cap_label(c)} {k}번" in alt for c, k in zip(CHAPTER_CAPS, CHAPTER_COUNTS))
 
 
 # ----------------------------------------------------------------------------- accumulation
