@@ -1,4 +1,4 @@
-"""Chapter 8 figures and the "오해 판별" quiz, all fed by values measured on real ranks."""
+"""Chapter 11 figures and the "오해 판별" quiz, all fed by values measured on real ranks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..quiz import Choice, Question, to_html
-from . import ANIMATE, rank_color
+from . import ANIMATE, html_table, rank_color
 
 KINDS = (("params", "파라미터", "#4C78A8"), ("grads", "그래디언트", "#F58518"),
          ("optimizer_state", "Adam 상태", "#54A24B"))
@@ -139,7 +139,7 @@ def drift_figure(drift: dict, frame_every: int = 5) -> go.Figure:
 def _myth(qid: str, claim: str, evidence: str, explanation: str) -> Question:
     """A true/false question whose correct answer is "오해" and whose feedback is the evidence."""
     return Question(
-        id=f"ch8-myth-{qid}", prompt=f"“{claim}” — 사실일까요, 오해일까요?",
+        id=f"ch11-myth-{qid}", prompt=f"“{claim}” — 사실일까요, 오해일까요?",
         choices=(Choice("사실이다", False, f"측정 결과가 반대입니다. {evidence}"),
                  Choice("오해다", True, f"측정 결과: {evidence}")),
         explanation=explanation)
@@ -209,11 +209,93 @@ def myth_evidence(myths, forward, update) -> dict:
 
 def checks_table(result, names: list[str], caption: str):
     """Some of a lab's checks as a table (the whole set is asserted with ``result.assert_ok()``)."""
-    from . import html_table
-
     rows = []
     for name in names:
         c = result.checks[name]
-        rows.append(["○ 통과" if c.ok else "× 실패", name, c.value, "—" if c.tolerance is None else c.tolerance,
-                     c.description])
-    return html_table(["결과", "확인", "측정값", "허용 오차", "주장"], rows, caption)
+        rows.append(["○ 통과" if c.ok else "× 실패", name, c.value, c.criterion(), c.description])
+    return html_table(["결과", "확인", "측정값", "기준", "주장"], rows, caption)
+
+
+def held_table(myths):
+    """Elements and bytes each rank holds after one Adam step, DDP against FSDP (both measured)."""
+    sharding = myths.data["sharding"]
+    mem = sharding["memory"]
+    return html_table(
+        ["랭크", "DDP 파라미터", "DDP 그래디언트", "DDP Adam 상태", "FSDP 파라미터", "FSDP 그래디언트", "FSDP Adam 상태"],
+        [[r] + [f"{mem[w][k][r]['numel']:,}개 ({mem[w][k][r]['bytes']:,} B)"
+                for w in ("ddp", "fsdp") for k in ("params", "grads", "optimizer_state")]
+         for r in range(myths.world_size)],
+        caption=f"Adam 한 스텝 뒤 랭크마다 가진 원소 수와 바이트 (모델 파라미터 {sharding['n_params']:,}개, "
+                f"N={myths.world_size}, 둘 다 실제 측정)")
+
+
+def _items_text(items: list[dict]) -> str:
+    return ", ".join(f"{it['op']}({it['numel']:,}개)" for it in items) or "없음"
+
+
+def sharding_collectives_table(myths):
+    """The collectives of the first training step, DDP against FSDP, per phase."""
+    coll = myths.data["sharding"]["collectives"]
+    return html_table(
+        ["방식", "순전파의 집합 통신", "역전파의 집합 통신"],
+        [[label, _items_text(coll[w]["forward"]), _items_text(coll[w]["backward"])]
+         for w, label in (("ddp", "DDP"), ("fsdp", "FSDP"))],
+        caption=f"첫 학습 스텝에서 랭크 0의 프로세스 그룹이 실행한 집합 통신 ({myths.backend}, 원소 수는 첫 입력 텐서 기준)")
+
+
+def _ops_in(phase_counts: list[dict], iterations) -> str:
+    totals: dict[str, int] = {}
+    for i in iterations:
+        for op, k in phase_counts[i].items():
+            totals[op] = totals.get(op, 0) + k
+    return ", ".join(f"{op} {k}번" for op, k in sorted(totals.items())) or "없음"
+
+
+def forward_table(forward):
+    """Chapter 2's counts per model: steady forwards, the rebuild forward, all backwards."""
+    from ..lessons.forward import VARIANT_LABELS, steady_iterations
+
+    rows = []
+    for name, counts in forward.data["counts"].items():
+        steady = steady_iterations({"rebuilt": counts["rebuilt"]})
+        rebuild = [i for i, flag in enumerate(counts["rebuilt"]) if flag]
+        rows.append([VARIANT_LABELS[name], _ops_in(counts["forward"], steady), _ops_in(counts["forward"], rebuild),
+                     _ops_in(counts["backward"], range(len(counts["backward"])))])
+    return html_table(
+        ["모델", f"순전파 (재구성 반복 제외, {len(steady)}번 합계)", "버킷을 재구성한 순전파", "역전파 (전체 합계)"], rows,
+        caption=f"2장 실습 forward: 랭크 0의 프로세스 그룹이 실행한 집합 통신 (N={forward.world_size}, 반복 {len(counts['forward'])}번)")
+
+
+def distinct_table(update):
+    """Chapter 5's distinct fingerprints per step and the largest spread, per run."""
+    distinct = update.data["distinct_fingerprints"]
+    return html_table(
+        ["실행", "스텝마다 지문 종류 수", "모든 스텝의 랭크 간 최대 차이"],
+        [[label, " ".join(str(d) for d in distinct[run]), f"{max(update.data['spread'][run]):.3g}"]
+         for run, label in RUN_LABELS],
+        caption=f"5장 실습 update: 스텝 0(학습 전)부터 스텝마다 랭크 {update.world_size}개의 지문 종류 수")
+
+
+def drift_table(myths):
+    """Final loss on the whole data set, DDP against each unsynchronized replica, and the final drift."""
+    drift = myths.data["drift"]
+    losses = drift["unsynced_final_losses"]
+    return html_table(
+        ["모델", "전체 데이터의 마지막 손실", "마지막 스텝의 최대 L2 거리"],
+        [["DDP (모든 랭크 같음)", f"{drift['ddp_final_loss']:.4f}", f"{drift['drift']['ddp'][-1]:.3g}"]]
+        + [[f"동기화 없음 · 랭크 {r}의 복제본", f"{loss:.4f}", ""] for r, loss in enumerate(losses)]
+        + [["동기화 없음 · 평균", f"{sum(losses) / len(losses):.4f}", f"{drift['drift']['unsynced'][-1]:.3g}"]],
+        caption=f"{len(drift['drift']['ddp']) - 1}스텝 뒤 전체 데이터({drift['dataset_size']}개)에 대한 손실 "
+                f"(N={myths.world_size})")
+
+
+def process_table(myths):
+    """Where the forward ran: each DDP rank's process and thread, and DataParallel's one process."""
+    dp = myths.data["dataparallel"]
+    return html_table(
+        ["실행", "PID", "부모 PID", "파이썬 스레드 수", "순전파가 실행된 곳"],
+        [[f"DDP 랭크 {p['rank']}", p["pid"], p["ppid"], p["threads"], f"이 프로세스의 메인 스레드 ({p['forward_calls']}번)"]
+         for p in dp["processes"]]
+        + [["DataParallel", dp["dp_pid"], "—", "—",
+            f"PID {dp['dp_pid']} 안의 스레드 {dp['dp_forward_threads']}개 ({dp['dp_forward_calls']}번)"]],
+        caption=f"순전파가 실행된 프로세스와 스레드 (DDP N={myths.world_size}, DataParallel device_ids={dp['device_ids']})")
