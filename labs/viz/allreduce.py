@@ -210,9 +210,9 @@ MB = 1e6
 def bytes_alt(result) -> str:
     """The bytes figure's alt text, with the sizes of this run."""
     n, size = result.world_size, result.data["size_bytes"]
-    return (f"랭크 {n}개가 보낸 바이트 막대그래프. 단순 방식은 랭크 0만 {result.ranks[0]['naive']['sent'] / MB:.0f} MB로 "
-            f"튀고 나머지는 {size / MB:.0f} MB, 링과 gloo는 모든 랭크가 이론값 2(N−1)/N·S = "
-            f"{result.data['ring_theory_bytes'] / MB:.0f} MB에 맞는다.")
+    return (f"랭크 {n}개가 보낸 바이트 막대그래프. 단순 방식은 랭크 0만 {result.ranks[0]['naive']['sent'] / MB:.3g} MB로 "
+            f"튀고 나머지는 {size / MB:.3g} MB, 링과 gloo는 모든 랭크가 이론값 2(N−1)/N·S = "
+            f"{result.data['ring_theory_bytes'] / MB:.3g} MB에 맞는다.")
 
 
 def gradient_table(result):
