@@ -153,3 +153,14 @@ def buffer_init_table(result):
         [[r["rank"], f"{r['rank'] + 1.0:.1f}", f"{r['variants']['bn_nosync']['bn_entry_mean'][0][0]:.1f}",
           f"{r['legacy']['running_mean0']:.1f}"] for r in result.ranks],
         caption="BatchNorm의 running_mean[0]: DDP 생성자의 초기 동기화가 버퍼를 맞추는가 (실제 실행 기록)")
+
+
+def timeline_alt(result) -> str:
+    """The timeline figure's alt text, with the plain model's counts of this run."""
+    plain = result.data["counts"]["plain"]
+    rebuilt = [i for i, flag in enumerate(plain["rebuilt"]) if flag]
+    forward = "; ".join(f"반복 {i}: {_cell_text(plain['forward'][i]).replace('<br>', ', ')}" for i in rebuilt)
+    backward = sorted({_cell_text(c).replace("<br>", ", ") for c in plain["backward"]})
+    return (f"모델 {len(result.data['counts'])}가지에 대해 순전파와 역전파의 반복별 집합 통신 수를 칸으로 나타낸 그림. "
+            f"일반 MLP의 순전파는 버킷을 재구성한 반복({forward})에만 통신이 있고, 역전파에는 반복마다 "
+            f"{' 또는 '.join(backward)}가 있다.")
