@@ -145,16 +145,6 @@ def buffers_table(result):
                       caption="BatchNorm이 있는 MLP의 버퍼 (실제 모델에서 읽은 값)")
 
 
-def buffer_init_table(result):
-    """running_mean[0] per rank before wrapping, after ``forward_sync_buffers=False`` and after the
-    deprecated ``broadcast_buffers=False``: does the constructor's initial sync reach the buffers?"""
-    return html_table(
-        ["랭크", "감싸기 전", "forward_sync_buffers=False로 감싼 뒤", "broadcast_buffers=False로 감싼 뒤"],
-        [[r["rank"], f"{r['rank'] + 1.0:.1f}", f"{r['variants']['bn_nosync']['bn_entry_mean'][0][0]:.1f}",
-          f"{r['legacy']['running_mean0']:.1f}"] for r in result.ranks],
-        caption="BatchNorm의 running_mean[0]: DDP 생성자의 초기 동기화가 버퍼를 맞추는가 (실제 실행 기록)")
-
-
 def timeline_alt(result) -> str:
     """The timeline figure's alt text, with the plain model's counts of this run."""
     plain = result.data["counts"]["plain"]
