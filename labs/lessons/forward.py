@@ -2,7 +2,8 @@
 
 Every rank computes its own loss ``L_i`` on its own mini-batch. Around every forward and every
 backward a :class:`~labs.comms.CollectiveCounter` records the collectives the process group ran,
-for four models: a plain MLP, the same with ``find_unused_parameters=True``, an MLP with
+for four models: a plain MLP, the same plus a layer it never uses wrapped with
+``find_unused_parameters=True``, an MLP with
 BatchNorm whose buffers DDP syncs in forward (the default), and the same with
 ``forward_sync_buffers=False``. A wide 3 MiB model shows that with the default arguments the
 first backward puts every gradient in one bucket (one all_reduce) although the model is split
@@ -25,14 +26,26 @@ from ..primitives import make_optimizer
 from ..registry import Lab
 from ..result import Check, Summary, check_at_least, check_close, check_equal, check_true
 
+class WithSpareLayer(nn.Module):
+    """The plain MLP plus a layer its forward never uses: the case ``find_unused_parameters`` is for."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = tiny_mlp()
+        self.spare = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
 # 변형 이름 → (모델을 만드는 함수, DDP 인자)
 VARIANTS = {
     "plain": (tiny_mlp, {}),
-    "plain_unused": (tiny_mlp, {"find_unused_parameters": True}),
+    "plain_unused": (WithSpareLayer, {"find_unused_parameters": True}),
     "bn_sync": (bn_mlp, {"forward_sync_buffers": True}),
     "bn_nosync": (bn_mlp, {"forward_sync_buffers": False}),
 }
-VARIANT_LABELS = {"plain": "일반 MLP", "plain_unused": "일반 MLP · find_unused_parameters=True",
+VARIANT_LABELS = {"plain": "일반 MLP", "plain_unused": "안 쓰는 층이 있는 MLP · find_unused_parameters=True",
                   "bn_sync": "BatchNorm · 버퍼 동기화 켬(기본)",
                   "bn_nosync": "BatchNorm · forward_sync_buffers=False", "syncbn": "SyncBatchNorm (GPU 전용)"}
 
