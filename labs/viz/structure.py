@@ -92,7 +92,7 @@ def batch_split_figure(dataset_sizes=(8, 10, 16), world_sizes=(1, 2, 3, 4, 8), s
     visible = [[j == i for j in range(len(dataset_sizes))] * 2 + [True] for i in range(len(dataset_sizes))]
     fig.update_layout(
         height=400, margin={"l": 6, "r": 6, "t": 16, "b": 10},
-        xaxis={"visible": False, "range": [-2.6, max(dataset_sizes) + 1.8], "fixedrange": True},
+        xaxis={"visible": False, "range": [-4.0, max(dataset_sizes) + 1.8], "fixedrange": True},
         yaxis={"visible": False, "range": [4.7, -0.7], "fixedrange": True},
         plot_bgcolor="rgba(0,0,0,0)", paper_bgcolor="rgba(0,0,0,0)",
         updatemenus=[
@@ -127,7 +127,7 @@ def recorded_split_figure(shards: list[list[int]], title: str) -> go.Figure:
                    **_lane_labels(len(shards), len(shards))),
     ])
     fig.update_layout(height=120 + 50 * len(shards), margin={"l": 10, "r": 10, "t": 40, "b": 10}, title=title,
-                      xaxis={"visible": False, "range": [-3.4, batch + 1.8]},
+                      xaxis={"visible": False, "range": [-4.0, batch + 1.8]},
                       yaxis={"visible": False, "range": [len(shards) + 0.7, 0.3]},
                       plot_bgcolor="rgba(0,0,0,0)", paper_bgcolor="rgba(0,0,0,0)")
     return fig
