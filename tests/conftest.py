@@ -35,6 +35,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "real_ranks: never replay recorded lab runs (labs/replay.py)")
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
+QUIZ_BANK = Path(__file__).resolve().parent.parent / "book" / "quizzes"  # the book's quiz bank (labs.quiz is told)
 
 # Environment variables that make ``python -m labs`` believe it runs under torchrun.
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
