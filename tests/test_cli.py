@@ -21,8 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 
 REPLICAS_CHECKS = {
     "distinct_processes", "replicas_differ_before_ddp", "replicas_identical_after_ddp",
-    "equal_to_rank0_initial", "fingerprints_after_ddp", "per_rank_batch_sizes", "padding_repeats_leading",
-    "full_coverage", "drop_last_shards",
+    "equal_to_rank0_initial", "fingerprints_after_ddp", "per_rank_batch_sizes", "no_overlap",
+    "padding_repeats_leading", "full_coverage", "drop_last_shards",
 }
 
 

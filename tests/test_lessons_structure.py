@@ -4,6 +4,7 @@ failing on a real wrong behaviour, and the batch-split figure drawn from the sam
 from __future__ import annotations
 
 import pytest
+import torch
 from torch.utils.data.distributed import DistributedSampler
 
 import labs
@@ -38,7 +39,7 @@ def test_uneven_split_pads_the_dataset_not_the_batch(runs):
     assert (result.data["dataset_size"], result.data["padded_size"]) == (26, 27)  # ⌈26/3⌉·3
     assert result.data["batch_sizes"] == [4, 4, 1]  # 랭크당 9개: 마지막 미니배치만 짧다
     assert [len(g) for g in result.data["global_batches"]] == [12, 12, 3]
-    assert result.checks["padding_repeats_leading"].value == structure_lab.leading_indices(26, 1, 0)
+    assert result.data["duplicates"] == structure_lab.leading_indices(26, 1, 0)  # 섞인 순서의 맨 앞 1개
     assert result.checks["drop_last_shards"].value == [24, 24]
 
 
@@ -52,7 +53,20 @@ def _per_rank_seeds(ranks):
 
 def test_sampler_checks_catch_per_rank_seeds(runs):
     assert_only_these_fail(structure_lab, runs["uneven"], _per_rank_seeds,
-                           {"padding_repeats_leading", "full_coverage"}, **UNEVEN)
+                           {"no_overlap", "padding_repeats_leading", "full_coverage"}, **UNEVEN)
+
+
+def test_padding_from_the_wrong_end_is_caught(runs):
+    """A sampler that pads with the *last* shuffled indices has the right count but the wrong samples."""
+    result = runs["uneven"]
+
+    def tamper(ranks):
+        order = torch.randperm(26, generator=torch.Generator().manual_seed(0)).tolist()
+        padded = order + order[-1:]  # 맨 뒤 샘플로 채운 잘못된 패딩 (9개씩 3랭크)
+        for r in ranks:
+            r["shard"] = padded[r["rank"]:27:3]
+
+    assert_only_these_fail(structure_lab, result, tamper, {"padding_repeats_leading"}, **UNEVEN)
 
 
 def test_replica_checks_catch_unsynced_wrap(runs):

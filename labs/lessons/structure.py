@@ -112,6 +112,8 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     global_batches = [sorted(i for r in ranks if s < len(r["batches"]) for i in r["batches"][s])
                       for s in range(steps)]
     expected_sizes = expected_batch_sizes(dataset_size, n, b)
+    duplicates = _duplicates(all_indices)
+    leading = leading_indices(dataset_size, padded - dataset_size, params["sampler_seed"])
 
     checks = [
         check_equal("distinct_processes", len({(r["host"], r["pid"]) for r in ranks}), n,
@@ -127,9 +129,10 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         check_equal("per_rank_batch_sizes", sorted({tuple(len(bt) for bt in r["batches"]) for r in ranks}),
                     [tuple(expected_sizes)],
                     f"모든 랭크의 스텝별 미니배치 크기 = ⌈D/N⌉개를 B/N = {b}개씩 자른 것(마지막만 짧을 수 있음)"),
-        check_equal("padding_repeats_leading", _duplicates(all_indices),
-                    sorted(leading_indices(dataset_size, padded - dataset_size, params["sampler_seed"])),
-                    "두 랭크에 배정된 샘플 = 섞인 순서의 맨 앞 ⌈D/N⌉·N − D개(패딩)뿐이다(패딩이 없으면 중복 0개)"),
+        check_equal("no_overlap", len(duplicates), padded - dataset_size,
+                    "두 랭크에 배정된 샘플 수 = 패딩 수 ⌈D/N⌉·N − D (나누어떨어지면 0: 어떤 샘플도 겹치지 않는다)"),
+        check_equal("padding_repeats_leading", sorted(set(duplicates) - set(leading)), [],
+                    "두 번 배정된 샘플은 모두 섞인 순서의 맨 앞 ⌈D/N⌉·N − D개 안에 있다(벗어난 샘플 목록)"),
         check_close("full_coverage", len(set(all_indices)) / dataset_size, 1.0, 0.0,
                     "한 에폭(epoch) 동안 모든 랭크를 합치면 데이터셋 전체를 본다(본 샘플 비율)"),
         check_equal("drop_last_shards", [len(dropped), len(set(dropped))], [dataset_size // n * n] * 2,
@@ -142,6 +145,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         "n_params": ranks[0]["n_params"],
         "global_batches": global_batches,
         "batch_sizes": expected_sizes,
+        "duplicates": duplicates,
     }
     return Summary(data, checks)
 
@@ -159,5 +163,6 @@ LAB = Lab(
             "seed_base": seed(1000), "sampler_seed": seed()},
     record_keys=DESCRIBE_KEYS | {"n_params", "params_before", "params_after", "checksum_before", "checksum_after",
                                  "fingerprint_before", "fingerprint_after", "shard", "shard_drop_last", "batches"},
-    data_keys=frozenset({"dataset_size", "padded_size", "global_batch", "n_params", "global_batches", "batch_sizes"}),
+    data_keys=frozenset({"dataset_size", "padded_size", "global_batch", "n_params", "global_batches", "batch_sizes",
+                         "duplicates"}),
 )
