@@ -66,14 +66,6 @@ def test_allreduce_uneven_chunks_exercised(allreduce_runs):
     assert len(set(allreduce_runs[3].data["chunk_sizes"])) == 2  # 10,007 = 3,336 + 3,336 + 3,335
 
 
-def test_ring_bytes_formula():
-    assert allreduce_lab.chunk_sizes(10, 4) == [3, 3, 2, 2]
-    for n in (2, 3, 4, 7):
-        exact = [allreduce_lab.ring_bytes_sent(r, 1001, n, 4) for r in range(n)]
-        assert all(abs(e - allreduce_lab.ring_theory_bytes(1001, n, 4)) < 2 * 4 for e in exact)
-    assert allreduce_lab.ring_bytes_sent(0, 1001, 1, 4) == 0
-
-
 def test_demo_contributors_decode():
     assert allreduce_lab.contributors(4044.0, 3, 4) == [0, 1, 3]  # 4000 + 40 + 4
     assert allreduce_lab.contributors(2222.0, 1, 4) == [0, 1, 2, 3]
