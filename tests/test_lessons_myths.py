@@ -207,15 +207,20 @@ def test_myth_quiz_quotes_measured_values(runs):
     update = types.SimpleNamespace(world_size=4, data={"spread": {"sgd": [0.0] * 5, "adam": [0.0] * 5}})
     evidence = figures.myth_evidence(runs[4], forward, update)
     questions = figures.myth_questions(evidence)
-    assert [q.id for q in questions] == ["ch11-myth-sharding", "ch11-myth-forward", "ch11-myth-different-models",
-                                         "ch11-myth-no-sync", "ch11-myth-dataparallel"]
+    by_id = {q.id.removeprefix("ch11-myth-"): q for q in questions}
+    myths = ["sharding", "forward", "different-models", "no-sync", "dataparallel"]
+    assert [k for k in by_id if k in myths] == myths  # the chapter's five misconceptions, in its order
+    answers = {k: next(c.text for c in q.choices if c.correct) for k, q in by_id.items()}
+    assert {k for k, a in answers.items() if a == "오해다"} == set(myths)
+    # "always answer 오해" must not win: the true statements are close to half of the quiz
+    assert 0.4 <= sum(a == "사실이다" for a in answers.values()) / len(answers) <= 0.6
     for q in questions:
-        assert [c.correct for c in q.choices] == [False, True] and has_hangul(q.explanation)
-    assert f"{evidence['n_params']:,}" in questions[0].choices[1].why
-    assert f"{evidence['drift_final']:.3f}" in questions[3].choices[1].why
+        assert sum(c.correct for c in q.choices) == 1 and has_hangul(q.explanation)
+    assert f"{evidence['n_params']:,}" in by_id["sharding"].choices[1].why
+    assert f"{evidence['drift_final']:.3f}" in by_id["no-sync"].choices[1].why
     assert evidence["forward_with_comm"] == 1 and evidence["ddp_processes"] == 4
     html = figures.myth_quiz(evidence)
-    assert html.count('class="ddp-quiz-q"') == 5 and html.count('data-correct="1"') == 5
+    assert html.count('class="ddp-quiz-q"') == len(questions) and html.count('data-correct="1"') == len(questions)
 
 
 # ----------------------------------------------------------------------------- 12장 자기 점검 상자
