@@ -20,7 +20,7 @@ GPU_CHECK = "bash labs/gpu_check.sh"
 
 
 def _lab_args(lab: str, params: dict | None) -> str:
-    args = f"-m labs run {lab}"
+    args = "-m labs bench" if lab == "bench" else f"-m labs run {lab}"  # the benchmark has its own subcommand
     for key, value in (params or {}).items():
         args += f" --param {shlex.quote(f'{key}={value}')}"
     return args
@@ -63,11 +63,32 @@ def readme_commands() -> list[str]:
             GPU_CHECK]
 
 
-def bash_block(*lines: str, comments: tuple[str, ...] = ()) -> str:
-    """A fenced bash block (Markdown) for a notebook cell; ``comments[i]`` goes above ``lines[i]``."""
+def lab_commands(nproc: int = GPUS_PER_NODE) -> list[tuple[str, str]]:
+    """(where in the book, one-node torchrun command) for every lab of ``python -m labs list``."""
+    from .registry import all_labs
+
+    return [(f"{lab.chapter}장" if lab.chapter < 99 else "부록", torchrun_one_node(lab.name, nproc))
+            for lab in all_labs().values()]
+
+
+def bash_block(*lines: str, comments: tuple[str, ...] = ()):
+    """The lines as a fenced bash block, displayed as Markdown in a notebook cell.
+
+    ``comments[i]`` (Korean) goes above ``lines[i]``; ``.data`` holds the Markdown text.
+    """
+    from IPython.display import Markdown
+
     body = []
     for i, line in enumerate(lines):
         if i < len(comments) and comments[i]:
             body.append(f"# {comments[i]}")
         body.append(line)
-    return "```bash\n" + "\n".join(body) + "\n```"
+    return Markdown("```bash\n" + "\n".join(body) + "\n```")
+
+
+def sbatch_header(script: str = "ddp_lab.sbatch"):
+    """The ``#SBATCH`` lines of a script in ``labs/slurm`` (read from the file), as a bash block."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "slurm" / script
+    return bash_block(*(line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#SBATCH")))

@@ -132,6 +132,19 @@ def test_two_agents_rendezvous_as_two_nodes(tmp_path, no_leftover_children):
     no_leftover_children()
 
 
+def test_one_node_torchrun_runs_a_lab_in_place(tmp_path, no_leftover_children):
+    command = commands.torchrun_one_node("faults", nproc=RANKS)
+    assert command == commands.torchrun_one_node("faults").replace("=8", f"={RANKS}")
+    agent = _start_agent(command, tmp_path)
+    try:
+        out, err = agent.communicate(timeout=180)
+    finally:
+        _stop(agent)
+    assert agent.returncode == 0, err[-3000:]
+    _assert_all_passed(out, "faults", RANKS)
+    no_leftover_children()
+
+
 def _ranks_idle(ranks: list[psutil.Process], seconds: float = 1.0) -> bool:
     """All ranks used (almost) no CPU for ``seconds``: past torch's import and the group's setup,
     each is blocked in the all_reduce or in the hanging rank's sleep loop."""
@@ -310,3 +323,15 @@ def test_scripts_name_the_commands_they_document():
     assert commands.sbatch_train(6, cpu_ranks=commands.CPU_RANKS) in train
     for script in (lab, train):
         assert f"#SBATCH --gpus-per-node={commands.GPUS_PER_NODE}" in script
+
+
+def test_appendix_renders_its_commands_from_labs_commands():
+    notebook = json.loads((REPO / "book" / "appendix_gpu.ipynb").read_text(encoding="utf-8"))
+    markdown = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    code = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+    assert "```bash" not in markdown and not re.search(r"^\s*(torchrun|sbatch|NPROC_PER_NODE=)", markdown, re.M)
+    for call in ("torchrun_one_node()", "lab_commands()", "torchrun_nodes()", "sbatch_lab()", "sbatch_train()",
+                 "sbatch_lab(cpu_ranks=", "sbatch_header(", "GPU_CHECK"):
+        assert f"commands.{call}" in code, call
+    rendered = commands.bash_block(commands.sbatch_lab(), comments=("설명",)).data
+    assert rendered == f"```bash\n# 설명\n{commands.sbatch_lab()}\n```"
