@@ -212,21 +212,25 @@ def submit_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("submit")
 
 
-def _finish(slurm: SlurmCluster, job_id: int) -> tuple[dict, str]:
+def _read(path: str) -> str:
+    return Path(path).read_text(errors="replace") if Path(path).is_file() else ""
+
+
+def _finish(slurm: SlurmCluster, job_id: int) -> tuple[dict, str, str]:
+    """Wait for the job; return its fields, its output file (stdout) and its error file (stderr)."""
     info = slurm.wait(job_id, JOB_TIMEOUT)
-    out = Path(info["StdOut"])
-    text = out.read_text(errors="replace") if out.exists() else ""
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{text[-4000:]}"
-    return info, text
+    out, err = _read(info["StdOut"]), _read(info["StdErr"])
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{out[-2000:]}\n{err[-4000:]}"
+    return info, out, err
 
 
 def test_sbatch_lab_passes_all_checks(slurm, submit_dir):
     command = commands.sbatch_lab("replicas", cpu_ranks=RANKS, slurm_dir=SLURM_DIR)
     job_id = slurm.submit(command, cwd=submit_dir)
-    info, text = _finish(slurm, job_id)
-    out = submit_dir / f"ddp-lab-{job_id}.out"  # the #SBATCH --output default: the submit folder
-    assert Path(info["StdOut"]) == out and out.is_file()
-    assert f"출력 파일: {out}" in text and f"저장소: {REPO}" in text
+    info, text, _ = _finish(slurm, job_id)
+    out, err = (submit_dir / f"ddp-lab-{job_id}.{ext}" for ext in ("out", "err"))  # #SBATCH: the submit folder
+    assert Path(info["StdOut"]) == out and Path(info["StdErr"]) == err and out.is_file() and err.is_file()
+    assert f"출력 파일: {out}" in text and f"오류 출력: {err}" in text and f"저장소: {REPO}" in text
     assert f"노드 1대 × 랭크 {RANKS}개, 백엔드 gloo" in text
     _assert_all_passed(text, "replicas", RANKS)
 
@@ -268,8 +272,8 @@ def train_jobs(slurm, submit_dir) -> dict:
         job_id = slurm.submit(command, cwd=submit_dir)
         if name == "killed":
             _kill_rank_after_epoch(slurm, job_id, rank=RANKS - 1, epoch=2)
-        _, text = _finish(slurm, job_id)
-        runs[name] = {"job_id": job_id, "text": text, "summary": _result_line(text)}
+        _, text, err = _finish(slurm, job_id)
+        runs[name] = {"job_id": job_id, "text": text, "err": err, "summary": _result_line(text)}
     return runs
 
 
@@ -289,7 +293,8 @@ def test_killed_rank_resumes_to_the_same_parameters(train_jobs):
     full, killed = train_jobs["full"]["summary"], train_jobs["killed"]["summary"]
     text = train_jobs["killed"]["text"]
     assert re.findall(r"재시작 횟수 (\d)", text) == ["0", "1"]
-    assert re.search(r"exitcode\s*:\s*-9|Signals\.SIGKILL|signal 9", text, re.IGNORECASE), text[-3000:]
+    err = train_jobs["killed"]["err"]
+    assert re.search(r"exitcode\s*:\s*-9|Signals\.SIGKILL|signal 9", err, re.IGNORECASE), err[-3000:]
     assert killed["restarts"] == 1 and 2 <= killed["resumed_from"] < TRAIN_EPOCHS
     # compare_runs' first check is where the run resumed; the kill's epoch is what we read above
     comparison = compare_runs(killed, full, killed["resumed_from"] + 1, "gloo")

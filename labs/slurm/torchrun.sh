@@ -25,6 +25,7 @@ PORT=$((20000 + SLURM_JOB_ID % 20000))
 echo "작업 $SLURM_JOB_ID: 노드 ${SLURM_JOB_NUM_NODES}대 × 랭크 ${NPROC_PER_NODE}개, 백엔드 $BACKEND, 랑데부 $HEAD_NODE:$PORT"
 echo "저장소: $DDP_COURSE_DIR · 파이썬: $(command -v python)"
 echo "출력 파일: $(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *StdOut=//p')"
+echo "오류 출력: $(scontrol show job "$SLURM_JOB_ID" | sed -n 's/^ *StdErr=//p') (경고, 진행 막대, 실패한 랭크의 traceback)"
 
 # 노드마다 torchrun 하나 (srun), torchrun이 랭크 NPROC_PER_NODE개를 띄운다. 인자는 torchrun 뒤에 붙는 프로그램
 run_torchrun() {
