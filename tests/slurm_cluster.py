@@ -59,6 +59,11 @@ class SlurmCluster:
 
     # ------------------------------------------------------------------ start / stop
     def start(self, timeout: float = 60.0) -> None:
+        try:  # the job scripts use the node name as the rendezvous host (HEAD_NODE)
+            socket.gethostbyname(self.host)
+        except OSError:
+            raise RuntimeError(f"이 기계의 호스트 이름 {self.host!r}을(를) 주소로 바꿀 수 없습니다. "
+                               f"/etc/hosts에 '127.0.0.1 {self.host}' 줄을 추가하세요.") from None
         for sub in ("munge", "ctld", "spool", "log"):
             (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         key = self.root / "munge" / "munge.key"
