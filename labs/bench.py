@@ -36,49 +36,40 @@ from .errors import LabConfigError
 from .lessons.allreduce import P2P, ring_all_reduce_
 from .lessons.buckets import layer_stack
 from .models import count_parameters, wrap_ddp
+from .params import Float, Int, ListOf, seed
+from .primitives import sync
 from .registry import Lab
-from .result import Check, LabResult, check_close, check_equal
+from .timing import slowest, time_calls
+from .result import Check, LabResult, Summary, check_at_least, check_at_most, check_close, check_equal, check_true
 
-SIZES_FULL = "4K 16K 64K 256K 1M 4M 16M 64M"
-SIZES_QUICK = "4K 64K 1M 4M"
-CAPS = "0.1 1 25 100"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+SIZES_FULL = tuple(k << 10 for k in (4, 16, 64, 256, 1024, 4096, 16384, 65536))
+SIZES_QUICK = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+CAPS = (0.1, 1.0, 25.0, 100.0)
 FULL = {"sizes": SIZES_FULL, "repeats": 20, "warmup": 5, "memcpy_mb": 256, "ddp_steps": 20}
 QUICK = {"sizes": SIZES_QUICK, "repeats": 5, "warmup": 2, "memcpy_mb": 16, "ddp_steps": 8}
 RING_TARGET = 0.7  # 목표(gloo, CPU): 1 MiB 이상에서 링의 busbw가 라이브러리의 0.7배 이상 (보고만 한다)
 RING_FLOOR = 0.3  # 확인: 같은 바이트를 같은 순서로 보내는 링이 라이브러리보다 몇 배씩 느려서는 안 된다
 RING_TARGET_FROM = 1 << 20
 SLOW = 2.0  # 가장 빠른 반복의 2배보다 오래 걸린 반복: 무엇인가를 기다린 반복
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+SIZES = ListOf(Int(4096, min=4, max=1 << 30), SIZES_QUICK, sizes=True,
+               help="All-Reduce할 메시지 크기(바이트, 4의 배수), 예: '4K 1M 64M'")
 
 
-def parse_sizes(text: str) -> list[int]:
-    """``"4K 1M 64M"`` -> bytes, sorted (K, M, G are powers of 1024, as in nccl-tests' ``-b``/``-e``)."""
-    sizes = set()
-    for token in text.replace(",", " ").split():
-        match = re.fullmatch(r"(\d+)([KMG]?)B?", token.upper())
-        size = int(match[1]) * _UNITS[match[2]] if match else 0
-        if size <= 0 or size % 4:
-            raise LabConfigError(f"메시지 크기 {token!r}를 읽지 못했습니다. 4K, 1M, 64M처럼 4바이트(float32)의 배수로 쓰세요.")
-        sizes.add(size)
-    if not sizes:
-        raise LabConfigError("메시지 크기를 하나 이상 주세요 (예: sizes='4K 64K 1M').")
-    return sorted(sizes)
+def parse_sizes(value: str | tuple) -> list[int]:
+    """``"4K 1M 64M"`` (or a tuple of bytes) -> bytes, sorted, once each (K, M, G are powers of 1024)."""
+    return sorted(set(SIZES.parse("sizes", value) if isinstance(value, str) else value))
 
 
-def parse_caps(text: str) -> list[float]:
-    """``"0.1 1 25"`` -> bucket_cap_mb values (MiB), each > 0."""
-    try:
-        caps = [float(c) for c in text.replace(",", " ").split()]
-    except ValueError:
-        caps = []
-    if not caps or min(caps) <= 0 or not all(math.isfinite(c) for c in caps):
-        raise LabConfigError(f"caps_mb는 0보다 큰 bucket_cap_mb 값(MiB)을 공백으로 구분해 주세요. 받은 값: {text!r}")
-    return sorted(set(caps))
+def parse_caps(value: tuple) -> list[float]:
+    """bucket_cap_mb values (MiB), sorted, once each."""
+    return sorted(set(value))
 
 
 def validate(params: dict, world_size: int) -> None:
-    parse_sizes(params["sizes"])
-    parse_caps(params["caps_mb"])
+    odd = [size for size in params["sizes"] if size % 4]
+    if odd:
+        raise LabConfigError(f"인자 sizes: 각 크기는 4바이트(float32)의 배수여야 합니다. 받은 값: {odd}. 예: sizes='4K 1M 64M'")
 
 
 def bus_factor(world_size: int) -> float:
@@ -95,34 +86,6 @@ def size_label(nbytes: int) -> str:
 
 
 # --- 측정 도구 (모든 랭크에서 실행) -----------------------------------------------------------
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_calls(fns: dict[str, Callable[[], object]], device: torch.device, warmup: int,
-               repeats: int) -> dict[str, list[float]]:
-    """Seconds of each of ``repeats`` calls of every function in ``fns``, after ``warmup`` untimed ones.
-
-    The functions take turns (a, b, a, b, ...), so a burst of load from other programs hits them
-    alike. Every timed call starts right after a barrier, so all ranks start together; with CUDA
-    the device is synchronized before the clock starts and before it stops (kernels are async).
-    """
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    seconds: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            dist.barrier()
-            _sync(device)
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            seconds[name].append(time.perf_counter() - start)
-    return seconds
-
 
 def copy_seconds(ctx: RankContext, nbytes: int, warmup: int, repeats: int) -> dict:
     """``dst.copy_(src)`` of ``nbytes``: by rank 0 while the others wait, and by all ranks at once."""
@@ -159,11 +122,11 @@ def ring_step_seconds(ctx: RankContext, size: int, repeats: int) -> dict:
     per_step: list[list[float]] = []
     for _ in range(repeats):
         dist.barrier()
-        _sync(ctx.device)
+        sync(ctx.device)
         marks = [time.perf_counter()]
 
         def mark(*_step) -> None:
-            _sync(ctx.device)
+            sync(ctx.device)
             marks.append(time.perf_counter())
 
         ring_all_reduce_(buf, P2P(), on_step=mark)
@@ -199,13 +162,13 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
                after_backward: Callable[[], None] | None = None, micro_steps: int = 1) -> Callable[[], None]:
     """One optimizer step over ``micro_steps`` micro-batches (gradient accumulation).
 
-    Under DDP every backward all-reduces, except inside ``no_sync()``: there the first K-1
+    Under DDP every backward all-reduces, except inside ``nosync()``: there the first K-1
     micro-steps only accumulate, and the last one all-reduces the sum (chapter 7).
     """
     def step() -> None:
         optimizer.zero_grad(set_to_none=False)
         for i in range(micro_steps):
-            with model.no_sync() if i < micro_steps - 1 else nullcontext():
+            with model.nosync() if i < micro_steps - 1 else nullcontext():
                 (model(x).square().mean() / micro_steps).backward()
         if after_backward:
             after_backward()
@@ -213,7 +176,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     return step
 
 
-ACCUM = "accum"  # 가장 큰 cap의 DDP + no_sync()로 K개 마이크로 스텝 누적
+ACCUM = "accum"  # 가장 큰 cap의 DDP + nosync()로 K개 마이크로 스텝 누적
 
 
 def variant_names(caps: list[float]) -> list[str]:
@@ -254,13 +217,13 @@ def ddp_variants(ctx: RankContext, caps: list[float], width: int, depth: int, ba
     for name, step in steps_by_name.items():
         with CollectiveCounter() as counter:
             step()
-            _sync(ctx.device)
+            sync(ctx.device)
         calls[name] = counter.counts.get("all_reduce", 0)
     return {"seconds": seconds, "all_reduce": calls, "n_params": n_params, "n_tensors": 2 * depth,
             "micro_steps": {name: accum_steps if name == ACCUM else 1 for name in steps_by_name}}
 
 
-def rank_fn(ctx: RankContext, sizes: str, repeats: int, warmup: int, memcpy_mb: int, caps_mb: str,
+def rank_fn(ctx: RankContext, sizes: tuple[int, ...], repeats: int, warmup: int, memcpy_mb: int, caps_mb: tuple,
             width: int, depth: int, batch: int, ddp_steps: int, accum_steps: int, seed: int) -> dict:
     message_sizes = parse_sizes(sizes)
     return {
@@ -276,11 +239,6 @@ def rank_fn(ctx: RankContext, sizes: str, repeats: int, warmup: int, memcpy_mb: 
 
 
 # --- 요약: 표의 수치와 확인 ----------------------------------------------------------------------
-
-def slowest(per_rank: list[list[float]]) -> list[float]:
-    """Per repeat, the slowest rank's time: a collective ends when its last rank does."""
-    return [max(times) for times in zip(*per_rank)]
-
 
 def slowest_median(per_rank: list[list[float]]) -> float:
     return statistics.median(slowest(per_rank))
@@ -379,7 +337,7 @@ def ddp_summary(ranks: list[dict]) -> dict:
             "n_tensors": ddp["n_tensors"], "model_bytes": ddp["n_params"] * 4}
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     rows = allreduce_rows(ranks)
     fit = fit_cost_model(rows, n)
@@ -394,7 +352,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
             "threads_per_rank": ranks[0]["threads"]}
     checks = [*_sanity_checks(ranks, rows, memcpy), *_allreduce_checks(rows, fit, memcpy, n, oversubscribed),
               *_ring_target_checks(rows, backend, oversubscribed), *_ddp_checks(ddp, n, params)]
-    return LabResult("bench", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 def _sanity_checks(ranks: list[dict], rows: list[dict], memcpy: dict) -> list[Check]:
@@ -413,12 +371,12 @@ def _allreduce_checks(rows: list[dict], fit: dict | None, memcpy: dict, n: int,
     if n < 2:
         return []
     top = max(r["library"]["busbw"] for r in rows)
-    checks = [Check("busbw_below_memcpy", top < memcpy["alone_gbs"], top, memcpy["alone_gbs"],
-                    "All-Reduce의 가장 높은 busbw(GB/s)가 이 기계의 메모리 복사 대역폭(허용값 칸)보다 작다: "
+    checks = [check_at_most("busbw_below_memcpy", top, memcpy["alone_gbs"],
+                    "All-Reduce의 가장 높은 busbw(GB/s)가 이 기계의 메모리 복사 대역폭(기준)보다 작다: "
                     "통신은 복사보다 빠를 수 없다")]
     if len(rows) >= 2:
         gain = rows[-1]["library"]["algbw"] / rows[0]["library"]["algbw"]
-        checks.append(Check("bandwidth_grows_with_size", gain > 4.0, gain, 4.0,
+        checks.append(check_at_least("bandwidth_grows_with_size", gain, 4.0,
                             f"가장 큰 메시지({size_label(rows[-1]['size'])})의 algbw가 가장 작은 메시지"
                             f"({size_label(rows[0]['size'])})보다 4배 넘게 크다: 작은 메시지는 지연 시간 α가 지배한다(배율)"))
     if fit is not None:
@@ -427,7 +385,7 @@ def _allreduce_checks(rows: list[dict], fit: dict | None, memcpy: dict, n: int,
         shape = not oversubscribed and len(rows) >= 5
         floor = 0.8 if shape else -math.inf
         ok = fit["alpha_s"] > 0 and 0 < fit["bandwidth"] < math.inf and fit["r2_log"] > floor
-        checks.append(Check("cost_model_fits", ok, fit["r2_log"], floor if shape else None,
+        checks.append(check_true("cost_model_fits", ok, fit["r2_log"],
                             "크기마다 가장 빠른 반복에 t = 2(N-1)/N·S/BW + 2(N-1)α를 최소제곱으로 맞추면 α>0, BW>0"
                             + ("이고 log t의 결정계수 R²가 0.8을 넘는다" if shape else
                                "(과다 구독이거나 크기가 5개 미만: R²는 보여 주기만 한다)")))
@@ -451,7 +409,7 @@ def _ring_target_checks(rows: list[dict], backend: str, oversubscribed: bool) ->
     ratio = ring_vs_library(rows)
     if backend != "gloo" or oversubscribed or ratio is None:
         return []
-    return [Check("ring_vs_library", ratio >= RING_FLOOR, ratio, RING_FLOOR,
+    return [check_at_least("ring_vs_library", ratio, RING_FLOOR,
                   f"1 MiB 이상에서 직접 만든 링의 busbw가 라이브러리의 {RING_FLOOR}배 이상이다: 같은 바이트를 같은 순서로 "
                   "보낸다(크기마다 가장 빠른 반복끼리의 비율, 그 크기들의 중앙값)")]
 
@@ -464,25 +422,24 @@ def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
                     "손으로 쓴 루프는 모든 랭크에서 파라미터 텐서마다 All-Reduce를 한 번씩 부른다(한 스텝의 횟수)"),
         check_equal("compute_no_communication", by["compute"]["calls_by_rank"], [0],
                     "통신 없는 기준 스텝은 All-Reduce를 하지 않는다"),
-        Check("fewer_calls_with_bigger_buckets",
+        check_true("fewer_calls_with_bigger_buckets",
               ddp_counts == sorted(ddp_counts, reverse=True) and min(ddp_counts) >= 1
-              and max(ddp_counts) < ddp["n_tensors"], ddp_counts, None,
+              and max(ddp_counts) < ddp["n_tensors"], ddp_counts,
               "DDP는 bucket_cap_mb가 커질수록 All-Reduce를 적게(늘지 않게) 부르고, 가장 작은 cap에서도 "
               "텐서 수보다 적게 부른다(작은 cap부터의 횟수)"),
     ]
     largest = f"ddp:{max(parse_caps(params['caps_mb'])):g}"
     checks.append(check_equal("accumulation_same_calls_per_step", by[ACCUM]["calls_by_rank"], by[largest]["calls_by_rank"],
-                              f"no_sync()로 K={params['accum_steps']}개를 누적한 옵티마이저 스텝은 누적 없는 스텝"
+                              f"nosync()로 K={params['accum_steps']}개를 누적한 옵티마이저 스텝은 누적 없는 스텝"
                               f"(bucket_cap_mb={largest[4:]})과 같은 횟수만 All-Reduce한다: 통신은 마지막 역전파에서 한 번"))
     if n >= 2:
         best = min(by[f"ddp:{cap:g}"]["step_ms"] for cap in parse_caps(params["caps_mb"]))
-        checks.append(Check("ddp_faster_than_manual", best < by["manual"]["step_ms"], best / by["manual"]["step_ms"], 1.0,
+        checks.append(check_at_most("ddp_faster_than_manual", best / by["manual"]["step_ms"], 1.0,
                             "가장 빠른 DDP 설정의 스텝 시간이 파라미터마다 all_reduce하는 루프보다 짧다(시간 비율)"))
         single = by[largest]["efficiency"]
-        checks.append(Check("accumulation_raises_efficiency", by[ACCUM]["efficiency"] > single,
-                            by[ACCUM]["efficiency"], single,
-                            f"no_sync()로 K={params['accum_steps']}개를 누적하면 통신을 K 마이크로 스텝에 한 번만 하므로 효율"
-                            f"(계산 ÷ 스텝 시간)이 같은 설정(bucket_cap_mb={largest[4:]})의 누적 없는 스텝(허용값 칸)보다 높다"))
+        checks.append(check_at_least("accumulation_raises_efficiency", by[ACCUM]["efficiency"], single,
+                            f"nosync()로 K={params['accum_steps']}개를 누적하면 통신을 K 마이크로 스텝에 한 번만 하므로 효율"
+                            f"(계산 ÷ 스텝 시간)이 같은 설정(bucket_cap_mb={largest[4:]})의 누적 없는 스텝(기준)보다 높다"))
     return checks
 
 
@@ -579,6 +536,17 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=2,
     validate=validate,
-    chapter=7,
-    defaults={**QUICK, "caps_mb": CAPS, "width": 256, "depth": 12, "batch": 64, "accum_steps": 4, "seed": 0},
+    chapter=8,
+    params={"sizes": SIZES,
+            "repeats": Int(QUICK["repeats"], min=1, max=1000, help="크기마다 재는 반복 수"),
+            "warmup": Int(QUICK["warmup"], min=0, max=100, help="재기 전에 버리는 반복 수"),
+            "memcpy_mb": Int(QUICK["memcpy_mb"], min=1, max=4096, help="메모리 복사 상한을 잴 크기(MiB)"),
+            "ddp_steps": Int(QUICK["ddp_steps"], min=1, max=1000, help="DDP 스텝 시간을 재는 스텝 수"),
+            "caps_mb": ListOf(Float(25.0, min=0.0, max=4096.0, min_open=True), CAPS,
+                              help="비교할 bucket_cap_mb 값들(MiB)"),
+            "width": Int(256, min=1, max=4096, help="DDP 모델 층의 너비"),
+            "depth": Int(12, min=1, max=64, help="DDP 모델 층 수"),
+            "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
+            "accum_steps": Int(4, min=1, max=64, help="no_sync 누적 마이크로 스텝 수"),
+            "seed": seed()},
 )

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 
 from . import launch
 from .context import BACKENDS
 from .errors import LabConfigError, LabError
+from .params import describe
 from .registry import all_labs, get_lab
 
-_TYPE_NAMES = {int: "정수", float: "실수", bool: "참/거짓(true/false)"}
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_LAB_ERROR = 0, 1, 2, 3
 
 
@@ -24,7 +23,8 @@ class _KoreanParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _KoreanParser(prog="python -m labs", description="DDP 코스의 실습을 실제 프로세스 그룹에서 실행합니다.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_KoreanParser)
-    sub.add_parser("list", help="실습 목록과 한 줄 설명")
+    listing = sub.add_parser("list", help="실습 목록과 한 줄 설명")
+    listing.add_argument("--params", action="store_true", help="실습마다 인자, 기본값, 허용 범위도 보인다")
     run = sub.add_parser("run", help="실습 하나를 N개 랭크로 실행 (torchrun 아래에서는 그 랭크로 실행)")
     run.add_argument("lab", help="실습 이름 (python -m labs list)")
     run.add_argument("--nproc", type=int, default=None, help="랭크 수 N (기본: 실습마다 다름; torchrun 아래에서는 무시)")
@@ -49,40 +49,20 @@ def run_bench(args) -> int:
     """``python -m labs bench``: one process group per N, tables (or one JSON object) at the end."""
     from . import bench
 
-    params = {**(bench.FULL if not args.quick else {}), **parse_params(args.param, get_lab("bench").defaults)}
+    params = {**(bench.FULL if not args.quick else {}), **get_lab("bench").parse_params(args.param)}
     if launch.in_torchrun():
         result = launch.run_in_place("bench", args.backend, args.timeout, **params)
         if result is None:  # not rank 0: rank 0 reports for everyone
             return EXIT_OK
         results = [result]
     else:
-        results = [launch.run("bench", n, args.backend, args.timeout, **params)
-                   for n in (args.nproc or bench.default_world_sizes())]
+        sizes = args.nproc or bench.default_world_sizes()
+        for n in sizes:  # every N's input is checked before the first one runs
+            launch.check_nproc(n)
+            get_lab("bench").resolve_params(params, n)
+        results = [launch.run("bench", n, args.backend, args.timeout, **params) for n in sizes]
     print(bench.to_json(results) if args.json else "\n\n".join(bench.report(r) for r in results))
     return EXIT_OK if all(r.ok for r in results) else EXIT_CHECK_FAILED
-
-
-def parse_params(pairs: list[str], defaults: dict) -> dict:
-    """``KEY=VALUE`` pairs, each converted to the type of the lab's default for KEY."""
-    params = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise LabConfigError(f"--param은 KEY=VALUE 형식이어야 합니다. 받은 값: {pair!r}")
-        kind = type(defaults[key]) if key in defaults else str  # unknown keys: the lab lists valid ones
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        if kind is str:
-            params[key] = value if isinstance(value, str) else raw  # mode=raise and mode='raise' alike
-            continue
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-            raise LabConfigError(f"--param {key}의 값은 {_TYPE_NAMES.get(kind, kind.__name__)}여야 합니다. 받은 값: {raw!r}")
-        params[key] = value
-    return params
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,11 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         for lab in all_labs().values():
             where = f"{lab.chapter}장" if lab.chapter < 99 else "부록"
             print(f"{lab.name:<12} {where:>4} · 기본 N={lab.default_nproc}  {lab.description}")
+            if args.params:
+                print("".join(f"    --param {line}\n" for line in describe(lab.params)), end="")
         return EXIT_OK
     try:
         if args.command == "bench":
             return run_bench(args)
-        params = parse_params(args.param, get_lab(args.lab).defaults or {})
+        params = get_lab(args.lab).parse_params(args.param)
         if launch.in_torchrun():
             result = launch.run_in_place(args.lab, args.backend, args.timeout, **params)
             if result is None:  # not rank 0: rank 0 reports for everyone

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from .context import RankContext, check_nproc, device_for, resolve_backend
 from .errors import LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
+from . import replay
 from .registry import get_lab, lesson_modules
 from .result import LabResult
 
@@ -58,12 +59,31 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     nproc = lab.default_nproc if nproc is None else nproc
     check_nproc(nproc)
     check_timeout(timeout)
-    params = lab.params(params, nproc)
+    params = lab.resolve_params(params, nproc)
     resolved = resolve_backend(backend, nproc)
+    recorded = replay.load(lab.name, nproc, resolved, params, timeout)
+    if recorded is not None:
+        return _replayed(lab, recorded, resolved, params)
     started = time.perf_counter()
-    records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
-    result = lab.summarize(records, resolved, params)
-    result.data.setdefault("wall_seconds", time.perf_counter() - started)
+    try:
+        records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
+    except (RankFailedError, RankCrashedError, LabTimeoutError) as err:
+        replay.save(lab.name, nproc, resolved, params, timeout, {"error": err})
+        raise
+    wall = time.perf_counter() - started
+    replay.save(lab.name, nproc, resolved, params, timeout, {"records": records, "wall_seconds": wall})
+    result = lab.finish(records, resolved, params)
+    result.wall_seconds = wall
+    return result
+
+
+def _replayed(lab, recorded: dict, backend: str, params: dict) -> LabResult:
+    """A recorded run (see :mod:`labs.replay`): its error raised again, or its records summarized anew."""
+    if "error" in recorded:
+        raise recorded["error"]
+    result = lab.finish(recorded["records"], backend, params)
+    result.wall_seconds = recorded["wall_seconds"]
+    result.replayed = True
     return result
 
 
@@ -86,7 +106,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     check_timeout(timeout)
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    params = lab.params(params, world_size)
+    params = lab.resolve_params(params, world_size)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     resolved = resolve_backend(backend, local_world)
@@ -98,7 +118,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
         dist.gather_object(record, gathered, dst=0)
     finally:
         dist.destroy_process_group()
-    return lab.summarize(gathered, resolved, params) if rank == 0 else None
+    return lab.finish(gathered, resolved, params) if rank == 0 else None
 
 
 def _context() -> mp.context.BaseContext:

@@ -69,8 +69,9 @@ def wrap_ddp(model: nn.Module, device: torch.device, **ddp_kwargs) -> nn.Module:
     """Move ``model`` to ``device`` and wrap it in DDP (one GPU per rank with CUDA, as torchrun does)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model.to(device), device_ids=device_ids, **ddp_kwargs)
+    from .primitives import device_ids
+
+    return DistributedDataParallel(model.to(device), device_ids=device_ids(device), **ddp_kwargs)
 
 
 def fingerprint_tensors(tensors) -> str:

@@ -6,59 +6,79 @@ import difflib
 import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .context import RankContext
 from .errors import LabConfigError
-from .result import LabResult
+from .params import Spec, parse_pairs, resolve
+from .result import LabResult, Summary
 
 RankFn = Callable[..., dict]
-Summarize = Callable[[list, str, dict], LabResult]
+Summarize = Callable[[list, str, dict], Summary]
 
 
 @dataclass(frozen=True)
 class Lab:
     """A lesson run on every rank (``rank_fn``) and turned into checks (``summarize``).
 
-    ``rank_fn(ctx, **params)`` returns plain data (numbers, lists); ``summarize(ranks, backend,
-    params)`` receives the list of those records in rank order and returns a :class:`LabResult`.
+    ``rank_fn(ctx, **params)`` returns one record (a dict of plain data) per rank; ``summarize(ranks,
+    backend, params)`` receives the records in rank order and returns a :class:`Summary` (data and
+    checks). The engine validates the parameters against ``params`` before spawning, checks every
+    record against ``record_keys`` and the summary against ``data_keys`` (a renamed field fails here,
+    naming the lab), and builds the :class:`LabResult`.
     """
 
     name: str
     description: str
     rank_fn: RankFn
     summarize: Summarize
+    params: dict[str, Spec] = field(default_factory=dict)
+    record_keys: frozenset[str] | None = None
+    data_keys: frozenset[str] | None = None
     default_nproc: int = 2
-    defaults: dict[str, Any] | None = None
-    # Extra checks of the parameters for a given world size; raises LabConfigError.
+    # Rules between parameters or with the world size; raises LabConfigError (Korean).
     validate: Callable[[dict, int], None] | None = None
     chapter: int = 99  # the book chapter that teaches it (orders `python -m labs list`)
 
-    def params(self, overrides: dict[str, Any], world_size: int) -> dict[str, Any]:
-        """Defaults merged with ``overrides``, type-checked and validated for ``world_size`` ranks."""
-        params = dict(self.defaults or {})
-        unknown = set(overrides) - set(params)
-        if unknown:
-            raise LabConfigError(
-                f"실습 '{self.name}'에 없는 인자입니다: {', '.join(sorted(unknown))}. "
-                f"쓸 수 있는 인자: {', '.join(sorted(params)) or '(없음)'}"
-            )
-        for key, value in overrides.items():
-            expected = type(params[key])
-            if expected is str and not isinstance(value, str):
-                raise LabConfigError(f"실습 '{self.name}'의 인자 {key}는 문자열이어야 합니다. 받은 값: {value!r}")
-            if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise LabConfigError(f"실습 '{self.name}'의 인자 {key}는 정수여야 합니다. 받은 값: {value!r}")
-            if expected is int and "seed" not in key and "rank" not in key and value < 1:
-                raise LabConfigError(f"실습 '{self.name}'의 인자 {key}는 1 이상이어야 합니다. 받은 값: {value!r}")
-        params.update(overrides)
+    def resolve_params(self, overrides: dict[str, Any], world_size: int) -> dict[str, Any]:
+        """Defaults merged with ``overrides``, each checked by its spec, then ``validate``d."""
+        values = resolve(self.name, self.params, overrides)
         if self.validate:
-            self.validate(params, world_size)
-        return params
+            self.validate(values, world_size)
+        return values
+
+    def parse_params(self, pairs: list[str]) -> dict[str, Any]:
+        """Command-line ``KEY=VALUE`` strings as typed values (not yet merged with the defaults)."""
+        return parse_pairs(self.name, self.params, pairs)
 
     def run_rank(self, ctx: RankContext, params: dict[str, Any]) -> dict:
-        return self.rank_fn(ctx, **params)
+        record = self.rank_fn(ctx, **params)
+        _check_keys(self.name, "랭크 기록", record, self.record_keys)
+        return record
+
+    def finish(self, records: list[dict], backend: str, params: dict[str, Any]) -> LabResult:
+        """The engine's end of a run: the lesson's summary wrapped with name, N, backend and ranks."""
+        summary = self.summarize(records, backend, params)
+        if not isinstance(summary, Summary):
+            raise TypeError(f"lab {self.name!r}: summarize must return a Summary, got {type(summary).__name__}")
+        _check_keys(self.name, "요약 데이터", summary.data, self.data_keys)
+        names = [c.name for c in summary.checks]
+        if len(set(names)) != len(names):
+            raise TypeError(f"lab {self.name!r}: duplicate check names {sorted(n for n in names if names.count(n) > 1)}")
+        return LabResult(self.name, len(records), backend, records, dict(summary.data),
+                         {c.name: c for c in summary.checks}, dict(params))
+
+
+def _check_keys(lab: str, what: str, record: dict, declared: frozenset[str] | None) -> None:
+    if declared is None:
+        return
+    if not isinstance(record, dict):
+        raise TypeError(f"lab {lab!r}: {what} must be a dict, got {type(record).__name__}")
+    missing, extra = declared - record.keys(), record.keys() - declared
+    if missing or extra:
+        raise TypeError(f"lab {lab!r}: {what} keys differ from the declared ones: "
+                        f"missing {sorted(missing)}, undeclared {sorted(extra)}")
 
 
 def lesson_modules() -> list[str]:

@@ -1,4 +1,10 @@
-"""Lab results: measured data plus named checks, shared by chapters, the CLI and the tests."""
+"""Lab results: measured data plus named checks, shared by chapters, the CLI and the tests.
+
+A check says what it compares (its ``kind``): ``close`` (|value − expected| ≤ tolerance), ``equal``,
+``at_most`` / ``at_least`` (a bound), ``true`` (a condition whose evidence is ``value``) or ``n/a``
+(the premise does not hold for the chosen inputs: reported, never a failure). A check whose measured
+value is missing (``None``, NaN) fails: a claim is never passed vacuously.
+"""
 
 from __future__ import annotations
 
@@ -10,39 +16,99 @@ from typing import Any
 
 from .errors import LabCheckFailed
 
+KINDS = ("close", "equal", "at_most", "at_least", "true", "n/a")
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
 
 @dataclass(frozen=True)
 class Check:
-    """One claim of a lesson, measured on real ranks.
-
-    ``value`` is what was measured, ``tolerance`` the largest deviation that still
-    counts as the claim holding (``None`` for an exact, non-numeric condition).
-    """
+    """One claim of a lesson, measured on real ranks. Build it with the ``check_*`` functions."""
 
     name: str
+    kind: str
     ok: bool
     value: Any
-    tolerance: Any
     description: str
+    expected: Any = None  # equal: the expected value; close: the centre; at_most/at_least: the bound
+    tolerance: float | None = None  # close only
+
+    @property
+    def applicable(self) -> bool:
+        return self.kind != "n/a"
+
+    def criterion(self) -> str:
+        """The rule the value was held to, in the report's words."""
+        if self.kind == "close":
+            if self.tolerance == 0:
+                return f"= {_fmt(self.expected)} (정확히)"
+            return f"|값 − {_fmt(self.expected)}| ≤ {_fmt(self.tolerance)}"
+        if self.kind == "equal":
+            return f"= {_fmt(self.expected)}"
+        if self.kind == "at_most":
+            return f"≤ {_fmt(self.expected)}"
+        if self.kind == "at_least":
+            return f"≥ {_fmt(self.expected)}"
+        if self.kind == "true":
+            return "참이어야 함"
+        return "해당 없음"
 
     def to_dict(self) -> dict:
         return {
+            "kind": self.kind,
             "ok": bool(self.ok),
+            "applicable": self.applicable,
             "value": _jsonable(self.value),
+            "expected": _jsonable(self.expected),
             "tolerance": _jsonable(self.tolerance),
+            "criterion": self.criterion(),
             "description": self.description,
         }
 
 
-def check_close(name: str, value: float, expected: float, tolerance: float, description: str) -> Check:
+def check_close(name: str, value: float | None, expected: float, tolerance: float, description: str) -> Check:
     """A numeric claim: ``|value - expected| <= tolerance``."""
-    ok = math.isfinite(value) and abs(value - expected) <= tolerance
-    return Check(name, ok, value, tolerance, description)
+    ok = not _missing(value) and abs(value - expected) <= tolerance
+    return Check(name, "close", ok, value, description, expected, tolerance)
 
 
 def check_equal(name: str, value: Any, expected: Any, description: str) -> Check:
     """An exact claim: ``value == expected``."""
-    return Check(name, value == expected, value, None, description)
+    ok = not _missing(value) and not _missing(expected) and value == expected
+    return Check(name, "equal", ok, value, description, expected)
+
+
+def check_at_most(name: str, value: float | None, bound: float, description: str) -> Check:
+    """An upper bound: ``value <= bound``."""
+    ok = not _missing(value) and value <= bound
+    return Check(name, "at_most", ok, value, description, bound)
+
+
+def check_at_least(name: str, value: float | None, bound: float, description: str) -> Check:
+    """A lower bound: ``value >= bound``."""
+    ok = not _missing(value) and value >= bound
+    return Check(name, "at_least", ok, value, description, bound)
+
+
+def check_true(name: str, condition: bool | None, value: Any, description: str) -> Check:
+    """A condition that is not one comparison; ``value`` is the evidence shown in the report."""
+    ok = condition is True and not _missing(value)
+    return Check(name, "true", ok, value, description)
+
+
+def not_applicable(name: str, reason: str) -> Check:
+    """A claim whose premise does not hold for the chosen inputs: reported, never a failure."""
+    return Check(name, "n/a", True, None, reason)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a lesson's ``summarize`` returns: its data and its checks (the engine adds the rest)."""
+
+    data: dict
+    checks: list[Check]
 
 
 @dataclass
@@ -55,19 +121,24 @@ class LabResult:
     ranks: list[dict]
     data: dict = field(default_factory=dict)
     checks: dict[str, Check] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    wall_seconds: float | None = None  # launch to last record, set by the launcher
+    replayed: bool = False  # records recorded earlier by the same code (labs.replay), summarized anew
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks.values())
+        return bool(self.checks) and all(c.ok for c in self.checks.values())
 
     def failed(self) -> list[Check]:
+        if not self.checks:
+            return [check_true("has_checks", False, None, "실습이 확인 항목을 하나도 만들지 않았다")]
         return [c for c in self.checks.values() if not c.ok]
 
     def assert_ok(self) -> "LabResult":
         """Raise :class:`LabCheckFailed` (in Korean) if any claim stopped holding."""
         bad = self.failed()
         if bad:
-            lines = [f"- {c.name}: 측정값 {c.value!r}, 허용 오차 {c.tolerance!r} — {c.description}" for c in bad]
+            lines = [f"- {c.name}: 측정값 {_fmt(c.value)}, 기준 {c.criterion()} — {c.description}" for c in bad]
             raise LabCheckFailed(
                 f"실습 '{self.lab}'(N={self.world_size}, {self.backend})에서 확인이 실패했습니다. "
                 "본문의 주장이 더 이상 성립하지 않습니다:\n" + "\n".join(lines)
@@ -80,6 +151,7 @@ class LabResult:
             "world_size": self.world_size,
             "backend": self.backend,
             "ok": self.ok,
+            "params": _jsonable(self.params),
             "checks": {name: c.to_dict() for name, c in self.checks.items()},
         }
 
@@ -91,26 +163,33 @@ class LabResult:
         head = f"실습 {self.lab} · 월드 크기 N={self.world_size} · 백엔드 {self.backend}"
         lines = [head, "-" * len(head)]
         for c in self.checks.values():
-            mark = "통과" if c.ok else "실패"
-            tol = "" if c.tolerance is None else f" (허용 오차 {_fmt(c.tolerance)})"
-            lines.append(f"[{mark}] {c.name}: {_fmt(c.value)}{tol}")
+            mark = "해당 없음" if not c.applicable else ("통과" if c.ok else "실패")
+            value = "" if not c.applicable else f"{_fmt(c.value)} (기준 {c.criterion()})"
+            lines.append(f"[{mark}] {c.name}: {value}".rstrip(": "))
             lines.append(f"       {c.description}")
-        lines.append(f"결과: 확인 {len(self.checks)}개 중 {len(self.checks) - len(self.failed())}개 통과")
+        applicable = [c for c in self.checks.values() if c.applicable]
+        passed = sum(c.ok for c in applicable)
+        skipped = len(self.checks) - len(applicable)
+        tail = f", 해당 없음 {skipped}개" if skipped else ""
+        lines.append(f"결과: 확인 {len(applicable)}개 중 {passed}개 통과{tail}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         rows = []
         for c in self.checks.values():
-            mark = '<span class="check-ok">○ 통과</span>' if c.ok else '<span class="check-fail">× 실패</span>'
-            tol = "—" if c.tolerance is None else html.escape(_fmt(c.tolerance))
+            if not c.applicable:
+                mark = '<span class="check-na">– 해당 없음</span>'
+            else:
+                mark = '<span class="check-ok">○ 통과</span>' if c.ok else '<span class="check-fail">× 실패</span>'
+            value = "—" if not c.applicable else html.escape(_fmt(c.value))
             rows.append(
                 f"<tr><td>{mark}</td><td><code>{html.escape(c.name)}</code></td>"
-                f"<td>{html.escape(_fmt(c.value))}</td><td>{tol}</td><td>{html.escape(c.description)}</td></tr>"
+                f"<td>{value}</td><td>{html.escape(c.criterion())}</td><td>{html.escape(c.description)}</td></tr>"
             )
         caption = f"실습 <code>{html.escape(self.lab)}</code>의 확인 결과 (N={self.world_size}, {html.escape(self.backend)})"
         return (
             '<table class="lab-checks"><caption>' + caption + "</caption>"
-            "<thead><tr><th>결과</th><th>확인</th><th>측정값</th><th>허용 오차</th><th>주장</th></tr></thead>"
+            "<thead><tr><th>결과</th><th>확인</th><th>측정값</th><th>기준</th><th>주장</th></tr></thead>"
             "<tbody>" + "".join(rows) + "</tbody></table>"
         )
 
@@ -118,6 +197,8 @@ class LabResult:
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return str(value)
 
 
@@ -128,4 +209,6 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if hasattr(value, "item"):  # numpy / torch scalars
         return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value

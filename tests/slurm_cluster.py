@@ -50,12 +50,13 @@ def _free_port() -> int:
 class SlurmCluster:
     """slurmctld + slurmd + munged for one node (this machine), configured under ``root``."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, env: dict | None = None):
         self.root = Path(root)
         self.conf = self.root / "slurm.conf"
         self.host = socket.gethostname().split(".")[0]
         self.procs: dict[str, subprocess.Popen] = {}
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf), "PATH": _search_path()}
+        # the daemons', and so every job's, environment: ``env`` (default os.environ) plus the config
+        self.env = {**(os.environ if env is None else env), "SLURM_CONF": str(self.conf), "PATH": _search_path()}
 
     # ------------------------------------------------------------------ start / stop
     def start(self, timeout: float = 60.0) -> None:

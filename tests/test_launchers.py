@@ -197,7 +197,7 @@ def slurm(tmp_path_factory):
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), env=clean_env())
     try:
         cluster.start()
         yield cluster

@@ -22,8 +22,9 @@ from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
                       wrap_ddp)
+from ..params import Float, Int, seed
 from ..registry import Lab
-from ..result import LabResult, check_close, check_equal
+from ..result import Summary, check_close, check_equal
 
 VARIANTS = ("sync_every", "no_sync", "big_batch")
 
@@ -72,7 +73,7 @@ def _max_diff(a: list[float], b: list[float]) -> float:
     return float((torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)).abs().max())
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n, k = len(ranks), params["micro_steps"]
     tol = 1e-6
     counts = {v: sorted({r[v]["all_reduce"] for r in ranks}) for v in VARIANTS}
@@ -97,7 +98,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
                                   "no_sync() 안에서 누적한 그래디언트는 랭크마다 다르다: 아직 동기화하지 않았다(서로 다른 벡터 수)"))
     data = {"counts": {v: c[0] if len(c) == 1 else c for v, c in counts.items()}, "max_diff_vs_big": vs_big,
             "tolerance": tol, "global_batch": n * k * params["micro_batch"]}
-    return LabResult("accumulation", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -107,5 +108,8 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=3,
     chapter=7,
-    defaults={"micro_steps": 4, "micro_batch": 4, "lr": 0.1, "seed": 0},
+    params={"micro_steps": Int(4, min=1, max=64, help="누적할 마이크로 스텝 수 K"),
+            "micro_batch": Int(4, min=1, max=1024, help="마이크로 스텝 하나의 랭크당 배치"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "seed": seed()},
 )

@@ -23,8 +23,9 @@ import torch.distributed as dist
 from ..context import RankContext
 from ..models import (fingerprint_tensors, flat_gradients, mse_backward, rank_batch, synthetic_regression,
                       tiny_mlp)
+from ..params import Int, seed
 from ..registry import Lab
-from ..result import LabResult, check_close, check_equal
+from ..result import Summary, check_close, check_equal
 
 IMPLEMENTATIONS = ("library", "naive", "ring")
 RELATIVE_TOLERANCE = 1e-5  # float32 sums of N values in a different order agree to ~N·2⁻²⁴ relative
@@ -254,7 +255,7 @@ def expected_mean(world_size: int, numel: int, seed: int) -> torch.Tensor:
     return sum(make_input(r, numel, seed).double() for r in range(world_size)) / world_size
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n, numel = len(ranks), params["numel"]
     esize = ranks[0]["bytes_per_element"]
     expected = expected_mean(n, numel, params["seed"])
@@ -275,7 +276,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
         "seconds": {name: max(r[name]["seconds"] for r in ranks) for name in IMPLEMENTATIONS},
         "demo": demo["data"],
     }
-    return LabResult("allreduce", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 def _max_error(ranks: list[dict], name: str, expected: torch.Tensor) -> float:
@@ -378,5 +379,9 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=4,
     chapter=4,
-    defaults={"numel": 1_000_003, "repeats": 3, "seed": 0, "demo_per_chunk": 1, "per_rank_batch": 4},
+    params={"numel": Int(1_000_003, min=1, max=1 << 28, help="All-Reduce할 원소 수"),
+            "repeats": Int(3, min=1, max=100, help="시간을 재는 반복 수"),
+            "seed": seed(),
+            "demo_per_chunk": Int(1, min=1, max=64, help="링 그림에 쓸 청크당 원소 수"),
+            "per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N")},
 )

@@ -19,8 +19,9 @@ from torch import nn
 from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import count_parameters, flat_gradients, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..params import Float, Int, seed
 from ..registry import Lab
-from ..result import Check, LabResult, check_close, check_equal
+from ..result import Check, Summary, check_at_least, check_close, check_equal
 
 
 def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_seed: int) -> dict:
@@ -89,7 +90,7 @@ def _comm_checks(ranks: list[dict]) -> list[Check]:
     return [
         check_equal("no_sync_no_comm", total("no_sync_backward"), 0,
                     "no_sync() 안의 순전파·역전파에서는 집합 통신이 한 번도 없다(모든 랭크 합계)"),
-        Check("backward_all_reduces", fewest >= 1, fewest, None,
+        check_at_least("backward_all_reduces", fewest, 1,
               "DDP 모델의 loss.backward() 안에서 all_reduce가 1번 이상 실행된다(랭크 중 최솟값)"),
         check_equal("all_reduce_carries_all_grads", carried, [ranks[0]["n_params"]],
                     f"역전파의 all_reduce가 나른 원소 수 = 모델의 파라미터 수 {ranks[0]['n_params']}개(그래디언트 전부)"),
@@ -98,7 +99,7 @@ def _comm_checks(ranks: list[dict]) -> list[Check]:
     ]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     g = gradient_summary(ranks)
     watched = ranks[0]["watched_numel"]
@@ -128,7 +129,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
         "comm": {phase: ranks[0]["comm"][phase] for phase in ranks[0]["comm"]},
         "backward_items": ranks[0]["backward_items"],
     }
-    return LabResult("backward", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -138,5 +139,7 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=4,
     chapter=3,
-    defaults={"per_rank_batch": 8, "lr": 0.1, "seed": 0, "data_seed": 0},
+    params={"per_rank_batch": Int(8, min=1, max=1024, help="랭크당 배치 B/N"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "seed": seed(), "data_seed": seed()},
 )

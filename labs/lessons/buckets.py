@@ -24,8 +24,9 @@ from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
 from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import wrap_ddp
+from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
-from ..result import Check, LabResult, check_equal
+from ..result import Summary, check_equal, check_true
 
 MIB = 1024 * 1024
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
@@ -39,15 +40,9 @@ def layer_stack(width: int, depth: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def parse_caps(caps_mb: str) -> list[str]:
-    """``"0.1 1 default"`` -> ``["0.1", "1", "default"]`` (kept as text, the way the reader typed them)."""
-    caps = caps_mb.replace(",", " ").split()
-    if not caps:
-        raise ValueError("give at least one bucket_cap_mb value")
-    for cap in caps:
-        if cap != DEFAULT and float(cap) <= 0:
-            raise ValueError(f"bucket_cap_mb must be positive or {DEFAULT!r}, got {cap!r}")
-    return caps
+def cap_labels(caps_mb: tuple) -> list[str]:
+    """``(0.1, 1.0, "default")`` -> ``["0.1", "1", "default"]``: the labels records and tables use."""
+    return [cap if cap == DEFAULT else f"{cap:g}" for cap in caps_mb]
 
 
 def ddp_kwargs(cap: str) -> dict:
@@ -163,7 +158,7 @@ def rank_fn(ctx: RankContext, caps_mb: str, width: int, depth: int, batch: int, 
     x = _batch(ctx, width, batch, seed)
     params = list(layer_stack(width, depth).parameters())
     runs = []
-    for cap in parse_caps(caps_mb):
+    for cap in cap_labels(caps_mb):
         counts, order = count_collectives(ctx, cap, x, iterations, width, depth)
         runs.append({"cap": cap, "all_reduce": [c.get("all_reduce", 0) for c in counts],
                      "broadcast": [c.get("broadcast", 0) for c in counts], "ready_order": order,
@@ -192,7 +187,7 @@ def backward_waited(timeline: dict) -> bool:
     return all(b["done"] <= timeline["backward_returned"] for b in timeline["buckets"])
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     param_bytes = ranks[0]["param_bytes"]
     rows = []
@@ -228,15 +223,15 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
     ]
     if len(numeric) >= 2:
         counts = [c for _, c in numeric]
-        checks.insert(2, Check("count_decreases_with_cap", counts == sorted(counts, reverse=True) and counts[0] > counts[-1],
-                               counts, None, "bucket_cap_mb가 커질수록 All-Reduce 횟수가 줄어든다"
+        checks.insert(2, check_true("count_decreases_with_cap", counts == sorted(counts, reverse=True) and counts[0] > counts[-1],
+                               counts, "bucket_cap_mb가 커질수록 All-Reduce 횟수가 줄어든다"
                                "(cap이 작은 것부터의 횟수: 늘지 않고, 처음이 끝보다 많다)"))
     if default_rows:
         checks.insert(3, check_equal("default_cap_count", default_rows[0]["steady"], default_rows[0]["predicted"],
                                      "기본값(25 MiB, 첫 버킷만 1 MiB)에서 All-Reduce 횟수가 예측과 같다"))
     data = {"rows": rows, "total_bytes": sum(param_bytes), "n_params": ranks[0]["n_params"],
             "first_bucket_bytes": dist._DEFAULT_FIRST_BUCKET_BYTES, "overlap_cases": len(multi)}
-    return LabResult("buckets", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -246,6 +241,11 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=3,
     chapter=7,
-    defaults={"caps_mb": "0.1 0.5 1 25 default", "width": 256, "depth": 12, "batch": 64, "iterations": 3,
-              "seed": 0},
+    params={"caps_mb": ListOf(Float(1.0, min=0.0, max=4096.0, min_open=True), (0.1, 0.5, 1.0, 25.0, DEFAULT),
+                               words=(DEFAULT,), help="비교할 bucket_cap_mb 값들(MiB), default는 DDP 기본값"),
+            "width": Int(256, min=1, max=4096, help="층의 너비"),
+            "depth": Int(12, min=1, max=64, help="층 수"),
+            "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
+            "iterations": Int(3, min=1, max=20, help="반복 수"),
+            "seed": seed()},
 )

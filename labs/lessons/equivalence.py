@@ -17,9 +17,11 @@ import copy
 import torch
 
 from ..context import RankContext
+from ..errors import LabConfigError
 from ..models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..params import Choice, Float, Int, seed
 from ..registry import Lab
-from ..result import LabResult, check_close, check_equal
+from ..result import Summary, check_close, check_equal
 
 # torch.testing.assert_close의 float32 기본값이자 PyTorch DDP 테스트(assertEqual)가 쓰는 허용 오차
 RTOL, ATOL = 1.3e-6, 1e-5
@@ -31,12 +33,15 @@ def step_permutation(global_batch: int, seed: int, step: int) -> torch.Tensor:
     return torch.randperm(global_batch, generator=torch.Generator().manual_seed(seed * 1000 + step))
 
 
+def validate(params: dict, world_size: int) -> None:
+    if params["global_batch"] % world_size:
+        raise LabConfigError(
+            f"인자 global_batch: 랭크 수 N={world_size}로 나누어떨어져야 합니다(랭크마다 B/N개). "
+            f"받은 값: {params['global_batch']}. 예: global_batch={world_size * max(1, params['global_batch'] // world_size)}")
+
+
 def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: int, grad_reduce: str) -> dict:
     n = ctx.world_size
-    if global_batch % n:
-        raise ValueError(f"전역 배치 크기(global_batch = {global_batch})가 랭크 수(N = {n})로 나누어떨어지지 않습니다")
-    if grad_reduce not in GRAD_REDUCE:
-        raise ValueError(f"grad_reduce는 {GRAD_REDUCE} 중 하나여야 합니다. 받은 값: {grad_reduce!r}")
     b = global_batch // n
     torch.manual_seed(seed)
     local = tiny_mlp().to(ctx.device)  # 한 프로세스가 전역 배치 B개로 학습하는 기준 모델
@@ -80,7 +85,7 @@ def allclose_tolerance(reference: torch.Tensor) -> float:
     return ATOL + RTOL * float(reference.abs().max())
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     local = torch.tensor(ranks[0]["local_params"], dtype=torch.float64)
     ddp = torch.tensor(ranks[0]["ddp_params"], dtype=torch.float64)
@@ -109,7 +114,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
         "tolerance": allclose_tolerance(local),
         "per_rank_batch": params["global_batch"] // n,
     }
-    return LabResult("equivalence", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 def float_sum_orders(values: torch.Tensor, chunkings=(1, 2, 3, 4)) -> dict[int, float]:
@@ -124,5 +129,10 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=2,
     chapter=5,
-    defaults={"global_batch": 12, "steps": 6, "lr": 0.1, "seed": 0, "grad_reduce": "mean"},
+    params={"global_batch": Int(12, min=1, max=4096, help="전역 배치 B (N으로 나누어떨어져야 함)"),
+            "steps": Int(6, min=1, max=200, help="학습 스텝 수"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "seed": seed(),
+            "grad_reduce": Choice("mean", GRAD_REDUCE, help="DDP가 그래디언트를 합친 뒤 평균(mean) 또는 합(sum)")},
+    validate=validate,
 )

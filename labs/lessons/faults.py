@@ -13,19 +13,19 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..context import RankContext
+from ..context import MAX_CPU_RANKS, RankContext
 from ..errors import LabConfigError
+from ..params import Choice, Int
 from ..registry import Lab
-from ..result import LabResult, check_close
+from ..result import Summary, check_close
 
 MODES = ("none", "raise", "hang", "exit")
 
 
 def validate(params: dict, world_size: int) -> None:
-    if params["mode"] not in MODES:
-        raise LabConfigError(f"faults의 mode는 {', '.join(MODES)} 중 하나여야 합니다. 받은 값: {params['mode']!r}")
     if params["mode"] != "none" and not 0 <= params["fault_rank"] < world_size:
-        raise LabConfigError(f"fault_rank는 0 이상 N-1={world_size - 1} 이하여야 합니다. 받은 값: {params['fault_rank']}")
+        raise LabConfigError(f"인자 fault_rank의 값이 맞지 않습니다. 허용: 0 이상 N-1={world_size - 1} 이하의 정수. "
+                             f"받은 값: {params['fault_rank']}")
 
 
 def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> dict:
@@ -43,13 +43,13 @@ def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> dict:
     return {**ctx.describe(), "sum": float(value.item())}
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     expected = n * (n + 1) / 2
     worst = max(abs(r["sum"] - expected) for r in ranks)
     checks = [check_close("all_reduce_sum", worst, 0.0, 0.0,
                           f"고장이 없으면 all_reduce(1+2+…+N) = {expected:g}가 모든 랭크에 도착한다(최대 오차)")]
-    return LabResult("faults", n, backend, ranks, {"expected_sum": expected}, {c.name: c for c in checks})
+    return Summary({"expected_sum": expected}, checks)
 
 
 LAB = Lab(
@@ -58,6 +58,7 @@ LAB = Lab(
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=3,
-    defaults={"mode": "none", "fault_rank": 2},
+    params={"mode": Choice("none", MODES, help="고장 종류"),
+            "fault_rank": Int(2, min=0, max=MAX_CPU_RANKS - 1, help="고장 낼 랭크")},
     validate=validate,
 )

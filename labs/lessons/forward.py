@@ -17,8 +17,9 @@ from torch import nn
 from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..params import Float, Int, seed
 from ..registry import Lab
-from ..result import Check, LabResult, check_close, check_equal
+from ..result import Check, Summary, check_at_least, check_close, check_equal, check_true
 
 # 변형 이름 → (모델을 만드는 함수, DDP 인자)
 VARIANTS = {
@@ -163,7 +164,7 @@ def _plain_checks(ranks: list[dict], iterations: int) -> list[Check]:
 
 def _backward_check(ranks: list[dict]) -> Check:
     fewest = min(c.get("all_reduce", 0) for r in ranks for v in r["variants"].values() for c in v["backward"])
-    return Check("every_backward_all_reduces", fewest >= 1, fewest, None,
+    return check_at_least("every_backward_all_reduces", fewest, 1,
                  "모든 모델, 모든 랭크, 모든 반복의 역전파에 all_reduce가 1번 이상 있다(최솟값)")
 
 
@@ -179,7 +180,7 @@ def _bn_checks(ranks: list[dict], n: int, iterations: int) -> list[Check]:
     last = _distinct([v["bn_entry_mean"][-1] for v in nosync])
     loss_gap = max(abs(a - b) for s, o in zip(sync, nosync) for a, b in zip(s["losses"], o["losses"]))
     return [
-        Check("bn_sync_forward_broadcasts", fewest >= 1, fewest, None,
+        check_at_least("bn_sync_forward_broadcasts", fewest, 1,
               "BatchNorm·버퍼 동기화 켬: 재구성 반복을 뺀 모든 순전파에 broadcast가 1번 이상 있다(최솟값)"),
         check_equal("bn_broadcast_is_buffers", carried, [buffer_numel],
                     f"그 broadcast가 나르는 원소 수 = BatchNorm 버퍼 원소 수 {buffer_numel}개"
@@ -208,7 +209,7 @@ def _syncbn_checks(ranks: list[dict], n: int) -> list[Check]:
     fewest = min(sum(k for op, k in v["forward"][i].items() if "gather" in op)
                  for v in _per_rank(ranks, "syncbn") for i in steady_iterations(v))
     ok = fewest >= 1 if n >= 2 else fewest == 0
-    return [Check("syncbn_forward_all_gather", ok, fewest, None,
+    return [check_true("syncbn_forward_all_gather", ok, fewest,
                   "SyncBatchNorm: N≥2이면 모든 순전파에 통계 all_gather가 있다(최솟값). N=1이면 일반 BatchNorm으로 돌아가 0")]
 
 
@@ -218,7 +219,7 @@ def count_table(ranks: list[dict]) -> dict:
             for name, v in ranks[0]["variants"].items()}
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n, iterations = len(ranks), params["iterations"]
     tables = [[(v["forward"], v["backward"]) for v in r["variants"].values()] for r in ranks]
     checks = [
@@ -243,7 +244,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
         "legacy_running_mean0": [r["legacy"]["running_mean0"] for r in ranks],
         "syncbn_skipped": ranks[0]["syncbn_skipped"],
     }
-    return LabResult("forward", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -253,5 +254,8 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=3,
     chapter=2,
-    defaults={"per_rank_batch": 8, "iterations": 4, "lr": 0.1, "seed": 0, "data_seed": 0},
+    params={"per_rank_batch": Int(8, min=1, max=1024, help="랭크당 배치 B/N"),
+            "iterations": Int(4, min=2, max=50, help="반복 수 (버킷 재구성을 보려면 2 이상)"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "seed": seed(), "data_seed": seed()},
 )

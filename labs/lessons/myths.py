@@ -33,11 +33,11 @@ from torch import nn
 
 from ..comms import CollectiveCounter
 from ..context import RankContext
-from ..errors import LabConfigError
 from ..models import (count_parameters, fingerprint, flat_parameters, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
+from ..params import Choice, Float, Int, ListOf, seed
 from ..registry import Lab
-from ..result import Check, LabResult, check_close, check_equal
+from ..result import Check, Summary, check_at_most, check_close, check_equal, check_true
 
 PARTS = ("sharding", "drift", "dataparallel")
 MEMORY_KINDS = ("params", "grads", "optimizer_state")
@@ -45,14 +45,9 @@ DRIFT_THRESHOLD = 0.1  # 동기화하지 않은 복제본 사이의 L2 거리가
 DP_STEPS = 3  # DataParallel과 DDP의 스텝 시간을 재는 스텝 수
 
 
-def wanted_parts(parts: str) -> list[str]:
-    """The parts named in the space-separated ``parts`` parameter, in the lab's order."""
-    names = parts.split()
-    unknown = sorted(set(names) - set(PARTS))
-    if unknown or not names:
-        raise LabConfigError(f"parts에는 {', '.join(PARTS)} 중 하나 이상을 공백으로 구분해 주세요. "
-                             f"받은 값: {parts!r}")
-    return [p for p in PARTS if p in names]
+def wanted_parts(parts: tuple[str, ...]) -> list[str]:
+    """The parts named in ``parts``, once each, in the lab's order."""
+    return [p for p in PARTS if p in parts]
 
 
 def sharding_model(hidden: int) -> nn.Module:
@@ -231,7 +226,7 @@ def dataparallel_part(ctx: RankContext, hidden: int, per_rank_batch: int, steps:
     return record
 
 
-def rank_fn(ctx: RankContext, parts: str, hidden: int, per_rank_batch: int, steps: int,
+def rank_fn(ctx: RankContext, parts: tuple[str, ...], hidden: int, per_rank_batch: int, steps: int,
             batches_per_epoch: int, lr: float, lr_adam: float, seed: int) -> dict:
     record = ctx.describe()
     for part in wanted_parts(parts):
@@ -321,14 +316,14 @@ def drift_checks(ranks: list[dict], threshold: float) -> tuple[list[Check], dict
     checks = [
         check_close("ddp_drift_zero", max(drift["ddp"]), 0.0, 0.0,
                     "DDP: 모든 스텝에서 두 랭크 사이 파라미터 거리(최대 L2)가 정확히 0이다"),
-        Check("unsynced_drift_grows", grows, drift["unsynced"][-1], threshold,
+        check_true("unsynced_drift_grows", grows, drift["unsynced"][-1],
               f"동기화 없음: 마지막 스텝의 최대 L2 거리가 {threshold:g}보다 크다(같은 점에서 출발했는데도; N=1이면 0)"),
         check_equal("unsynced_replicas_differ", len({r["drift"]["unsynced"]["fingerprint"] for r in ranks}), n,
                     "동기화 없음: 마지막에 랭크마다 파라미터가 모두 다르다(지문 종류 수 = N)"),
         check_equal("ddp_same_full_loss_on_all_ranks", len({row[-1] for row in losses["ddp"]}), 1,
                     "DDP: 전체 데이터에 대한 마지막 손실이 모든 랭크에서 같다(값의 종류 수)"),
-        Check("ddp_not_worse_than_replicas", ddp_final <= unsynced_mean * (1 + 1e-6), ddp_final, unsynced_mean,
-              "전체 데이터에 대한 마지막 손실: DDP ≤ 동기화 없이 학습한 복제본들의 평균 손실(허용값 = 그 평균; N=1이면 같다)"),
+        check_at_most("ddp_not_worse_than_replicas", ddp_final, unsynced_mean * (1 + 1e-6),
+              "전체 데이터에 대한 마지막 손실: DDP ≤ 동기화 없이 학습한 복제본들의 평균 손실(기준 = 그 평균; N=1이면 같다)"),
     ]
     data = {"drift": drift, "full_loss": losses, "ddp_final_loss": ddp_final,
             "unsynced_final_losses": unsynced_final, "dataset_size": ranks[0]["drift"]["dataset_size"],
@@ -359,8 +354,8 @@ def dataparallel_checks(ranks: list[dict], steps: int) -> tuple[list[Check], dic
         checks += [
             check_equal("dataparallel_replicates_every_step", [dp["calls"][k] for k in ("scatter", "replicate", "gather")],
                         [steps] * 3, "DataParallel: 스텝마다 입력 scatter, 모델 replicate, 출력 gather를 한 번씩 한다"),
-            Check("dataparallel_threads", len(threads) >= len(dp["device_ids"]) and dp["main_thread"] not in threads,
-                  len(threads), None, "DataParallel: 복제본의 순전파가 GPU마다 따로 만든 스레드에서 실행됐다(스레드 종류 수)"),
+            check_true("dataparallel_threads", len(threads) >= len(dp["device_ids"]) and dp["main_thread"] not in threads,
+                  len(threads), "DataParallel: 복제본의 순전파가 GPU마다 따로 만든 스레드에서 실행됐다(스레드 종류 수)"),
         ]
     data = {"dataparallel_measured": measured, "gpus": dp["gpus"], "device_ids": dp["device_ids"],
             "calls": dp["calls"], "dp_step_seconds": dp["step_seconds"],
@@ -372,7 +367,7 @@ def dataparallel_checks(ranks: list[dict], steps: int) -> tuple[list[Check], dic
     return checks, data
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     checks, data = [], {"parts": wanted_parts(params["parts"])}
     if "sharding" in data["parts"]:
         part_checks, data["sharding"] = sharding_checks(ranks)
@@ -383,7 +378,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
     if "dataparallel" in data["parts"]:
         part_checks, data["dataparallel"] = dataparallel_checks(ranks, DP_STEPS)
         checks += part_checks
-    return LabResult("myths", len(ranks), backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -393,8 +388,13 @@ LAB = Lab(
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=4,
-    chapter=8,
-    defaults={"parts": " ".join(PARTS), "hidden": 64, "per_rank_batch": 4, "steps": 60, "batches_per_epoch": 2,
-              "lr": 0.1, "lr_adam": 0.01, "seed": 0},
-    validate=lambda params, world_size: wanted_parts(params["parts"]) and None,
+    chapter=11,
+    params={"parts": ListOf(Choice(PARTS[0], PARTS), PARTS, max_len=len(PARTS), help="실행할 부분"),
+            "hidden": Int(64, min=1, max=4096, help="은닉층 너비"),
+            "per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N"),
+            "steps": Int(60, min=2, max=1000, help="drift 부분의 학습 스텝 수"),
+            "batches_per_epoch": Int(2, min=1, max=100, help="에폭당 배치 수"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="SGD 학습률"),
+            "lr_adam": Float(0.01, min=0.0, max=10.0, min_open=True, help="Adam 학습률"),
+            "seed": seed()},
 )

@@ -14,8 +14,9 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ..context import RankContext
 from ..models import count_parameters, fingerprint, flat_parameters, tiny_mlp
+from ..params import Int, seed
 from ..registry import Lab
-from ..result import LabResult, check_close, check_equal
+from ..result import Summary, check_close, check_equal
 
 
 def sampler_shards(dataset_size: int, world_size: int, seed: int = 0, epoch: int = 0) -> list[list[int]]:
@@ -62,7 +63,7 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, seed_base: int, s
     }
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     b = params["per_rank_batch"]
     dataset_size = n * b * params["steps"]
@@ -102,7 +103,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
         "n_params": ranks[0]["n_params"],
         "global_batches": global_batches,
     }
-    return LabResult("replicas", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -112,5 +113,7 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=4,
     chapter=1,
-    defaults={"per_rank_batch": 4, "steps": 2, "seed_base": 1000, "sampler_seed": 0},
+    params={"per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N"),
+            "steps": Int(2, min=1, max=100, help="한 에폭의 스텝 수"),
+            "seed_base": seed(1000), "sampler_seed": seed()},
 )

@@ -23,8 +23,9 @@ from torch.utils.data.distributed import DistributedSampler
 from ..context import RankContext
 from ..errors import LabConfigError
 from ..models import flat_parameters
+from ..params import Float, Int, seed, Text
 from ..registry import Lab
-from ..result import LabResult, check_close, check_equal
+from ..result import LabResult, Summary, check_close, check_equal
 from ..train_script import (DistEnv, TrainConfig, count_correct, load_digits_split, make_loader, make_model,
                             make_optimizer, per_rank_batch, run_summary, train, train_one_epoch)
 
@@ -114,7 +115,7 @@ def _history_diff(a: list[dict], b: list[dict]) -> float:
     return max((abs(x["loss"] - y["loss"]) for x, y in zip(a, b)), default=0.0)
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     main, ref = ranks[0], ranks[0]["reference"]
     observed = sorted(main["orders"])
@@ -151,7 +152,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
         "global_batch": n * main["per_rank_batch"],
         "param_tolerance": param_tol,
     }
-    return LabResult("train", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 def resume_tolerance(world_size: int, params: list[float]) -> tuple[float, float]:
@@ -211,6 +212,10 @@ def run_command(cmd: list[str], env: dict, timeout: float) -> subprocess.Complet
 
 
 def validate(params: dict, world_size: int) -> None:
+    if params["global_batch"] % world_size:
+        raise LabConfigError(
+            f"인자 global_batch: 랭크 수 N={world_size}로 나누어떨어져야 합니다(랭크마다 B/N개). "
+            f"받은 값: {params['global_batch']}. 예: global_batch={world_size * max(1, params['global_batch'] // world_size)}")
     if params["fail_at_epoch"] > params["epochs"]:
         raise LabConfigError(f"fail_at_epoch({params['fail_at_epoch']})는 epochs({params['epochs']}) 이하여야 합니다. "
                              "고장은 학습하는 에폭 안에서만 일으킬 수 있습니다.")
@@ -224,6 +229,11 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=4,
     chapter=6,
-    defaults={"epochs": 6, "global_batch": 96, "lr": 0.1, "seed": 0, "ckpt_dir": "", "fail_at_epoch": 0},
+    params={"epochs": Int(6, min=1, max=100, help="에폭 수"),
+            "global_batch": Int(96, min=1, max=1024, help="전역 배치 B (N으로 나누어떨어져야 함)"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "seed": seed(),
+            "ckpt_dir": Text("", help="체크포인트 폴더 (비우면 임시 폴더)"),
+            "fail_at_epoch": Int(0, min=0, max=100, help="이 에폭 중간에 랭크 하나를 죽인다 (0이면 고장 없음)")},
     validate=validate,
 )

@@ -24,8 +24,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..params import Bool, Float, Int, seed
 from ..registry import Lab
-from ..result import Check, LabResult, check_close, check_equal
+from ..result import Summary, check_at_least, check_close, check_equal
 
 FIXES = ("naive", "weighted", "drop_last", "pad")
 
@@ -105,7 +106,7 @@ def uneven_batches(ctx: RankContext, base_batch: int, extra: int, seed: int) -> 
 
 
 def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch: int, lr: float,
-                  seed: int, join: str = "on") -> dict:
+                  seed: int, join: bool = True) -> dict:
     """Rank r trains on ``join_batches + r·extra_batches`` batches inside ``Join([ddp])``."""
     counts = rank_counts(ctx.world_size, join_batches, extra_batches)
     x, y = (t.to(ctx.device) for t in synthetic_regression(sum(counts) * batch, seed=seed + 1))
@@ -119,7 +120,7 @@ def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch
     with CollectiveCounter() as counter:
         dist.barrier()  # 모든 랭크의 시계 0초를 맞춘다(타임라인용)
         began = time.perf_counter()
-        with Join([ddp], enable=join == "on"):  # 먼저 끝난 랭크는 남은 랭크의 All-Reduce에 0을 내며 따라간다
+        with Join([ddp], enable=join):  # 먼저 끝난 랭크는 남은 랭크의 All-Reduce에 0을 내며 따라간다
             for step in range(counts[ctx.rank]):
                 rows = slice(start + step * batch, start + (step + 1) * batch)
                 local = reference_grad(model, x[rows], y[rows])  # 확인용: 통신 없이 계산한 내 그래디언트
@@ -136,12 +137,12 @@ def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch
 
 
 def rank_fn(ctx: RankContext, base_batch: int, extra: int, join_batches: int, extra_batches: int,
-            join_batch: int, lr: float, seed: int, join: str) -> dict:
+            join_batch: int, lr: float, seed: int, join: bool) -> dict:
     return {**ctx.describe(), **uneven_batches(ctx, base_batch, extra, seed),
             "join": join_training(ctx, join_batches, extra_batches, join_batch, lr, seed, join)}
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     tol = 1e-6
     worst = {k: max(r["max_diff"][k] for r in ranks) for k in FIXES}
@@ -151,7 +152,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
     unequal = len({r["n"] for r in ranks}) > 1
     checks = []
     if unequal:
-        checks.append(Check("naive_differs_from_global", worst["naive"] > 100 * tol, worst["naive"], 100 * tol,
+        checks.append(check_at_least("naive_differs_from_global", worst["naive"], 100 * tol,
                             "n_i가 다르면 단순 평균 (1/N)Σg_i는 전역 배치의 그래디언트와 다르다"
                             f"(최대 절대 차이, {100 * tol:g}보다 커야 한다)"))
     checks += [
@@ -176,7 +177,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
     data = {"counts": [r["n"] for r in ranks], "max_diff": worst, "tolerance": tol,
             "pad_vs_full": max(r["pad_vs_full"] for r in ranks), "grad_scale": ranks[0]["grad_scale"],
             "iterations": iterations, "join_all_reduce": [j["all_reduce"] for j in joins]}
-    return LabResult("uneven", n, backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -186,6 +187,12 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=3,
     chapter=7,
-    defaults={"base_batch": 4, "extra": 6, "join_batches": 2, "extra_batches": 1, "join_batch": 4,
-              "lr": 0.1, "seed": 0, "join": "on"},
+    params={"base_batch": Int(4, min=1, max=1024, help="랭크 0의 배치"),
+            "extra": Int(6, min=1, max=1024, help="마지막 랭크가 더 받는 샘플 수"),
+            "join_batches": Int(2, min=1, max=50, help="Join 부분: 모든 랭크의 배치 수"),
+            "extra_batches": Int(1, min=1, max=50, help="Join 부분: 마지막 랭크가 더 도는 배치 수"),
+            "join_batch": Int(4, min=1, max=1024, help="Join 부분의 배치 크기"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "seed": seed(),
+            "join": Bool(True, help="Join 컨텍스트를 쓸지 (off면 멈춤을 보여 준다)")},
 )

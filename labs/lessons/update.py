@@ -17,8 +17,9 @@ from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
+from ..params import Float, Int, seed
 from ..registry import Lab
-from ..result import LabResult, check_close, check_equal
+from ..result import Summary, check_close, check_equal
 
 # (이름, 옵티마이저, 그래디언트 동기화 여부)
 RUNS = (("sgd", "sgd", True), ("adam", "adam", True), ("no_sync", "sgd", False))
@@ -116,13 +117,13 @@ def _communication_checks(ranks: list[dict]) -> list:
     ]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> LabResult:
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     spread = {run: max_rank_spread(ranks, run) for run, _, _ in RUNS}
     checks = [*_replica_checks(ranks, "sgd", "SGD(모멘텀)", spread["sgd"]),
               *_replica_checks(ranks, "adam", "Adam", spread["adam"]),
               *_communication_checks(ranks)]
     data = {"spread": spread, "distinct_fingerprints": {run: distinct_fingerprints(ranks, run) for run, _, _ in RUNS}}
-    return LabResult("update", len(ranks), backend, ranks, data, {c.name: c for c in checks})
+    return Summary(data, checks)
 
 
 LAB = Lab(
@@ -133,5 +134,9 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=4,
     chapter=5,
-    defaults={"steps": 8, "per_rank_batch": 4, "lr_sgd": 0.05, "lr_adam": 0.01, "seed": 0},
+    params={"steps": Int(8, min=1, max=200, help="학습 스텝 수"),
+            "per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N"),
+            "lr_sgd": Float(0.05, min=0.0, max=10.0, min_open=True, help="SGD 학습률"),
+            "lr_adam": Float(0.01, min=0.0, max=10.0, min_open=True, help="Adam 학습률"),
+            "seed": seed()},
 )
