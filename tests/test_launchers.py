@@ -23,10 +23,10 @@ import pytest
 
 from labs import commands
 from labs.lessons.train import compare_runs
+from labs.train_script import read_result
 
 from conftest import clean_env, describe
 from slurm_cluster import SlurmCluster, missing_reason
-from test_lessons_train import _result_line
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -273,7 +273,7 @@ def train_jobs(slurm, submit_dir) -> dict:
         if name == "killed":
             _kill_rank_after_epoch(slurm, job_id, rank=RANKS - 1, epoch=2)
         _, text, err = _finish(slurm, job_id)
-        runs[name] = {"job_id": job_id, "text": text, "err": err, "summary": _result_line(text)}
+        runs[name] = {"job_id": job_id, "text": text, "err": err, "summary": read_result(text)}
     return runs
 
 
