@@ -170,7 +170,7 @@ def test_a_dead_node_makes_the_other_fail_quickly(tmp_path, no_leftover_children
         deadline = time.monotonic() + 120
         while True:
             ranks = [p for agent in (head, other) for p in _tree(agent)[1:]]
-            if len(ranks) == 2 * RANKS and _ranks_idle(ranks):
+            if len(ranks) == 2 * RANKS and _ranks_idle(ranks) and _ranks_idle(ranks):  # twice: not just starved
                 break
             assert time.monotonic() < deadline, f"랭크 {2 * RANKS}개가 집합 통신에 들어가지 않았습니다: {describe(ranks)}"
             assert head.poll() is None and other.poll() is None, "에이전트가 먼저 끝났습니다"
