@@ -28,7 +28,7 @@ from labs.train_script import read_result
 from conftest import clean_env, describe
 from slurm_cluster import SlurmCluster, missing_reason
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)  # the training fixture runs two Slurm jobs of at most JOB_TIMEOUT each
 
 REPO = Path(__file__).resolve().parent.parent
 SLURM_DIR = str(REPO / commands.SLURM_DIR)
