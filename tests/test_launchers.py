@@ -328,6 +328,9 @@ def test_scripts_name_the_commands_they_document():
     assert commands.sbatch_train(6, cpu_ranks=commands.CPU_RANKS) in train
     for script in (lab, train):
         assert f"#SBATCH --gpus-per-node={commands.GPUS_PER_NODE}" in script
+    common = (REPO / "labs" / "slurm" / "torchrun.sh").read_text(encoding="utf-8")
+    assert f'NPROC_PER_NODE="${{NPROC_PER_NODE:-{commands.CPU_RANKS}}}"' in common  # the documented default
+    assert "train.sbatch [에폭 수]" in train and f'EPOCHS="${{1:-{commands.TRAIN_EPOCHS}}}"' in train
 
 
 def test_appendix_renders_its_commands_from_labs_commands():
