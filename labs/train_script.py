@@ -258,6 +258,17 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                        args.fail_at_epoch, progress=not args.no_progress)
 
 
+RESULT_PREFIX = "RESULT "  # rank 0's last line: run_summary() as JSON, read back by read_result()
+
+
+def read_result(output: str) -> dict:
+    """The one ``RESULT`` line in a run's standard output (torchrun's or a Slurm job's), as a dict."""
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
+    if len(lines) != 1:
+        raise ValueError(f"RESULT 줄이 하나여야 하는데 {len(lines)}개입니다:\n{output[-2000:]}")
+    return json.loads(lines[0][len(RESULT_PREFIX):])
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     ctx = init_distributed()
@@ -272,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         model, history, start = train(cfg, ctx, train_set, test_set)
         if ctx.rank == 0:
             summary = {**run_summary(model, history, start, ctx), "restarts": restarts}
-            print("RESULT " + json.dumps(summary), flush=True)
+            print(RESULT_PREFIX + json.dumps(summary), flush=True)
     finally:
         dist.destroy_process_group()
     return 0
