@@ -172,18 +172,12 @@ def test_tampered_resume_fails_comparison(runs):
 
 # ----------------------------------------------------------------------------- the script itself
 
-def _result_line(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, stdout
-    return json.loads(lines[0][len("RESULT "):])
-
-
 def test_script_runs_as_one_process(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "3"], cwd=tmp_path,
                           env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "시작: 월드 크기 1" in proc.stdout
-    summary = _result_line(proc.stdout)
+    summary = script.read_result(proc.stdout)
     assert summary["world_size"] == 1 and summary["restarts"] == 0 and len(summary["history"]) == 3
 
 
@@ -199,7 +193,7 @@ def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.findall(r"재시작 횟수 (\d)", proc.stdout) == ["0", "1"]
     assert "InjectedFault" in proc.stderr
-    summary = _result_line(proc.stdout)
+    summary = script.read_result(proc.stdout)
     assert summary["restarts"] == 1 and summary["resumed_from"] == 2
     assert summary["fingerprint"] == runs[2]["full"].data["summary"]["fingerprint"]
 
