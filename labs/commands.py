@@ -57,6 +57,29 @@ def sbatch_train(epochs: int = TRAIN_EPOCHS, cpu_ranks: int | None = None, slurm
     return _sbatch("train.sbatch", str(epochs), cpu_ranks, slurm_dir)
 
 
+RESTART_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"  # a workaround seen on torch 2.13 (chapter 6.8)
+
+
+def torchrun_restart(nproc: int = 2, max_restarts: int = 1, epochs: int = 6, ckpt_dir: str = "체크포인트폴더",
+                     fail_at_epoch: int = 3, script: str = "labs/train_script.py") -> str:
+    """Chapter 6.8: the training script under torchrun, restarted after a rank fails, resuming from
+    the checkpoint. The chapter shows this line and runs :func:`torchrun_restart_argv` of it."""
+    return (f"{RESTART_ENV} torchrun --standalone --nproc_per_node={nproc} --max-restarts={max_restarts} "
+            f"{script} --epochs {epochs} --ckpt-dir {shlex.quote(ckpt_dir)} --fail-at-epoch {fail_at_epoch}")
+
+
+def torchrun_restart_argv(line: str, python: str) -> tuple[list[str], dict[str, str]]:
+    """A ``torchrun`` line as (argv with ``python -m torch.distributed.run``, leading VAR=value settings)."""
+    words = shlex.split(line)
+    env = {}
+    while "=" in words[0] and not words[0].startswith("-"):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    if words[0] != "torchrun":
+        raise ValueError(f"not a torchrun line: {line!r}")
+    return [python, "-m", "torch.distributed.run", *words[1:]], env
+
+
 def readme_commands() -> list[str]:
     """The lines README.md must contain verbatim (its GPU-node section)."""
     return [torchrun_one_node(), torchrun_nodes(), sbatch_lab(), sbatch_train(), sbatch_lab(cpu_ranks=CPU_RANKS),

@@ -343,3 +343,36 @@ def test_appendix_renders_its_commands_from_labs_commands():
         assert f"commands.{call}" in code, call
     rendered = commands.bash_block(commands.sbatch_lab(), comments=("설명",)).data
     assert rendered == f"```bash\n# 설명\n{commands.sbatch_lab()}\n```"
+
+
+LAUNCH_WORDS = ("torchrun ", "sbatch ", "NPROC_PER_NODE=", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=")
+
+
+def _fenced_launch_lines(text: str) -> list[str]:
+    """Lines in fenced code blocks (```…```) that launch something, comments cut off."""
+    found, fenced = [], False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            continue
+        command = line.split("  #")[0].strip()
+        if fenced and command.startswith(LAUNCH_WORDS):
+            found.append(command)
+    return found
+
+
+def test_no_page_types_a_launch_command_of_its_own():
+    """A command a reader copies from README.md or a chapter is one labs.commands renders (and the
+    tests above run), never a hand-typed copy that can drift."""
+    import json
+
+    rendered = set(commands.readme_commands()) | {c for _, c in commands.lab_commands()} | {commands.torchrun_restart()}
+    pages = [REPO / "README.md", *sorted((REPO / "book").glob("*.md"))]
+    texts = {p.name: p.read_text(encoding="utf-8") for p in pages}
+    for nb in sorted((REPO / "book").glob("*.ipynb")):
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        texts[nb.name] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    typed = [(name, line) for name, text in texts.items() for line in _fenced_launch_lines(text)
+             if line not in rendered]
+    assert texts and not typed, ("손으로 쓴 실행 명령이 있습니다. labs/commands.py의 함수로 만들어 보이세요 "
+                                 f"(README는 그 문자열을 그대로): {typed}")
