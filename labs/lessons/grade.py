@@ -310,7 +310,7 @@ LAB = Lab(
     default_nproc=2,
     params={"path": Text("labs/miniddp.py", allow_empty=False, help="채점할 파이썬 파일"),
             "classes": Text("BucketedDDP", allow_empty=False, help="채점할 클래스 이름(여러 개면 공백으로 구분)"),
-            "bucket_cap_mb": Float(0.01, min=0.0, max=1024.0, min_open=True, help="버킷 클래스에 줄 bucket_cap_mb"),
+            "bucket_cap_mb": Float(0.008, min=0.0, max=1024.0, min_open=True, help="버킷 클래스에 줄 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),
             "per_rank_batch": Int(4, min=1, max=256, help="랭크당 배치 B/N"),
             "width": Int(32, min=2, max=512, help="채점 모델의 층 너비"),
