@@ -97,7 +97,7 @@ def _check_class(file: Path, name: str) -> None:
         found = _module_classes(file)
         close = difflib.get_close_matches(name, found, n=1)
         hint = f" 혹시 '{close[0]}'인가요?" if close else ""
-        raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 nn.Module 클래스: "
+        raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: "
                               f"{', '.join(found) or '(없음)'}") from None
     except Exception as err:
         raise GradeInputError(f"{file.name}을(를) 불러오다가 오류가 났습니다: {type(err).__name__}: {err}") from None
