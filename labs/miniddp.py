@@ -172,12 +172,13 @@ class BucketedDDP(_Replicated):
         self._next = 0
 
 
-def group_by_size(params: list[nn.Parameter], cap_bytes: int) -> list[list[nn.Parameter]]:
-    """Consecutive parameters grouped so that a group closes once its bytes reach ``cap_bytes``."""
+def group_by_size(items: list, cap_bytes: int, nbytes=lambda p: p.numel() * p.element_size()) -> list[list]:
+    """Consecutive items (parameters, or byte sizes with ``nbytes=int``) grouped so that a group
+    closes as soon as its bytes reach ``cap_bytes``."""
     groups, current, size = [], [], 0
-    for p in params:
-        current.append(p)
-        size += p.numel() * p.element_size()
+    for item in items:
+        current.append(item)
+        size += nbytes(item)
         if size >= cap_bytes:
             groups.append(current)
             current, size = [], 0
