@@ -193,8 +193,16 @@ def probe_frozen(ctx: RankContext, cls: type, cfg: dict) -> dict:
 def probe_tied(ctx: RankContext, cls: type, cfg: dict) -> dict:
     torch.manual_seed(cfg["seed"])
     model = TiedPair(cfg["width"]).to(ctx.device)
+    single = copy.deepcopy(model)  # 전역 배치로 같은 두 스텝을 밟는 단일 프로세스 (값은 보고만 한다)
     elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.SGD(params, lr=LR))
-    return {"elements": elements, "unique_elements": sum(p.numel() for p in model.parameters())}
+    x, y = _data(cfg["width"], ctx.world_size * cfg["per_rank_batch"], cfg["seed"], ctx.device)
+    opt = torch.optim.SGD(single.parameters(), lr=LR)
+    for _ in range(2):
+        opt.zero_grad()
+        mse_backward(single, x, y)
+        opt.step()
+    return {"elements": elements, "unique_elements": sum(p.numel() for p in model.parameters()),
+            "value_diff": max_abs_diff(list(model.parameters()), list(single.parameters()))}
 
 
 def describe_error(error: BaseException, path: str) -> str:
@@ -300,6 +308,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                         "mismatch": next((r["classes"][j]["mismatch"] for r in ranks if r["classes"][j]["mismatch"]), None),
                         "diffs": {opt: {k: max(r["diffs"][opt][k] for r in t) for k in ("ddp", "single")}
                                   for opt in OPTIMIZERS} if t else None,
+                        "tied_value_diff": max(r["value_diff"] for r in tied) if (tied := _all(ranks, j, "tied")) else None,
                         "checks": [c.name for c in mine]})
     return Summary({"classes": classes, "tolerance": TOLERANCE}, checks)
 
