@@ -68,8 +68,8 @@ class GradeInputError(LabConfigError):
     """The file or class cannot be graded (Korean message, exit 2)."""
 
 
-def validate(path: str | Path, classes: list[str] | None = None) -> tuple[str, list[str]]:
-    """Check the file and classes once, before spawning; return the resolved path and class names."""
+def validate(path: str | Path, classes: list[str] | None = None) -> None:
+    """Check the file and classes once, before spawning (the ``grade`` lab's ``validate``)."""
     file = Path(path)
     if not file.is_file():
         raise GradeInputError(f"채점할 파일이 없습니다: {str(path)!r}. 경로를 확인하세요 "
@@ -81,13 +81,23 @@ def validate(path: str | Path, classes: list[str] | None = None) -> tuple[str, l
         line = (err.text or "").rstrip()
         raise GradeInputError(f"{file.name} {err.lineno}행에 문법 오류가 있습니다: {err.msg}\n    {line}\n"
                               "이 줄을 고친 뒤 다시 채점하세요.") from None
-    names = list(classes) if classes else [n for n in DEFAULT_CLASSES if f"class {n}" in source]
+    names = list(classes) if classes else default_classes(file)
+    for name in names:
+        _check_class(file, name)
+
+
+def default_classes(path: str | Path) -> list[str]:
+    """The classes graded when none are named: those of ``DEFAULT_CLASSES`` the file defines."""
+    file = Path(path)
+    try:
+        found = _module_classes(file)
+    except (OSError, SyntaxError, ValueError):
+        return list(DEFAULT_CLASSES)  # 없는 파일, 문법 오류는 validate가 한국어 오류로 알린다
+    names = [n for n in DEFAULT_CLASSES if n in found]
     if not names:
         raise GradeInputError(f"{file.name}에 {' 또는 '.join(DEFAULT_CLASSES)} 클래스가 없습니다. "
                               "채점할 클래스 이름을 --class NAME(파이썬: classes=[...])으로 알려 주세요.")
-    for name in names:
-        _check_class(file, name)
-    return str(file.resolve()), names
+    return names
 
 
 def _check_class(file: Path, name: str) -> None:
@@ -127,8 +137,14 @@ def _module_classes(file: Path) -> list[str]:
 def grade(path: str | Path, classes: list[str] | None = None, nproc: int = 2, backend: str = "auto",
           timeout: float = DEFAULT_TIMEOUT, **params) -> LabResult:
     """Run the checks on ``nproc`` real ranks; raise :class:`GradeInputError` for a bad file or class."""
-    resolved, names = validate(path, classes)
-    return launch.run("grade", nproc, backend, timeout, path=resolved, classes=" ".join(names), **params)
+    names = list(classes) if classes else default_classes(path)
+    # 파일과 클래스는 grade 실습의 validate가 랭크를 띄우기 전에 한 번 검사한다
+    return launch.run("grade", nproc, backend, timeout, path=_absolute(path), classes=" ".join(names), **params)
+
+
+def _absolute(path: str | Path) -> str:
+    # 랭크는 포크 서버의 작업 폴더에서 시작하므로, 상대 경로는 지금 폴더 기준의 절대 경로로 넘긴다
+    return str(Path(path).absolute())
 
 
 def diagnosis(result: LabResult, name: str) -> str | None:
@@ -195,8 +211,8 @@ def main(args) -> int:
     try:
         params = dict(get_lab("grade").parse_params(args.param))
         if launch.in_torchrun():  # torchrun이 띄운 랭크 하나로 실행: 랭크 0이 모두의 결과를 보고한다
-            resolved, names = validate(args.path, args.classes or None)
-            result = launch.run_in_place("grade", args.backend, args.timeout, path=resolved,
+            names = args.classes or default_classes(args.path)
+            result = launch.run_in_place("grade", args.backend, args.timeout, path=_absolute(args.path),
                                          classes=" ".join(names), **params)
             if result is None:
                 return 0

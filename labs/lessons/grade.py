@@ -229,10 +229,21 @@ def grade_class(ctx: RankContext, path: str, name: str, cfg: dict) -> dict:
     return out
 
 
+REFERENCE = Path(__file__).resolve().parents[1] / "miniddp.py"
+
+
+def validate(params: dict, world_size: int) -> None:
+    """The file and classes, checked once before spawning (Korean errors)."""
+    from ..grade import validate as validate_file  # labs.grade가 이 모듈을 불러오므로 여기서 늦게 불러온다
+
+    validate_file(params["path"] or REFERENCE, params["classes"].split())
+
+
 def rank_fn(ctx: RankContext, path: str, classes: str, bucket_cap_mb: float, steps: int, per_rank_batch: int,
             width: int, depth: int, seed: int) -> dict:
     cfg = {"bucket_cap_mb": bucket_cap_mb, "steps": steps, "per_rank_batch": per_rank_batch, "width": width,
            "depth": depth, "seed": seed}
+    path = path or str(REFERENCE)
     return {**ctx.describe(), "classes": [grade_class(ctx, path, name, cfg) for name in classes.split()]}
 
 
@@ -320,7 +331,8 @@ LAB = Lab(
     summarize=summarize,
     chapter=9,
     default_nproc=2,
-    params={"path": Text("labs/miniddp.py", allow_empty=False, help="채점할 파이썬 파일"),
+    validate=validate,
+    params={"path": Text("", help="채점할 파이썬 파일 (비우면 참조 구현 labs/miniddp.py)"),
             "classes": Text("BucketedDDP", allow_empty=False, help="채점할 클래스 이름(여러 개면 공백으로 구분)"),
             "bucket_cap_mb": Float(0.008, min=0.0, max=1024.0, min_open=True, help="버킷 클래스에 줄 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),
