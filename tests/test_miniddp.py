@@ -7,6 +7,8 @@ ranks' initial weights. Each bug of labs.miniddp_bugs must be caught, with its n
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 import labs
@@ -76,3 +78,58 @@ def test_frozen_bug_reports_the_error_with_the_readers_line(gallery):
 def test_forward_order_keeps_results_right(gallery):
     cls = next(c for c in gallery.data["classes"] if c["name"] == "ForwardOrderBuckets")
     assert max(d for opt in cls["diffs"].values() for d in opt.values()) <= 1e-5
+
+
+# --- the staircase lab (chapter 9.2-9.3) -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stairs():
+    return labs.run("miniddp", nproc=2, timeout=240, repeats=3, steps=2)
+
+
+def test_staircase_claims_hold(stairs):
+    stairs.assert_ok()
+    by = {row["variant"]: row for row in stairs.data["rows"]}
+    assert by["naive"]["calls"] == by["overlap"]["calls"] == stairs.data["n_tensors"] == 32
+    assert by["flat"]["calls"] == 1 and by["buckets"]["calls"] == by["ddp"]["calls"] == stairs.data["n_buckets"] > 1
+    assert stairs.data["alpha_us"] > 0 and stairs.data["buckets_vs_ddp"]["n"] == 3
+
+
+def _summarize_tampered(result, tamper, **params):
+    from labs.lessons import miniddp
+
+    ranks = copy.deepcopy(result.ranks)
+    tamper(ranks)
+    summary = miniddp.summarize(ranks, result.backend, {**result.params, **params})
+    return {c.name for c in summary.checks if not c.ok}
+
+
+def test_staircase_checks_can_fail(stairs):
+    def naive_overlaps(ranks):  # 단순 단계의 첫 All-Reduce를 역전파 중으로 옮긴다
+        for r in ranks:
+            r["timelines"]["naive"]["calls"][0]["launch"] = 0.0
+
+    def wrong_values(ranks):
+        ranks[1]["diffs"]["overlap"]["single"] = 1e-3
+
+    def extra_call(ranks):
+        ranks[0]["calls"]["buckets"] += 1
+
+    def forward_overlaps(ranks):
+        for r in ranks:
+            r["timelines"]["forward"]["calls"][0]["launch"] = 0.0
+
+    assert _summarize_tampered(stairs, naive_overlaps) == {"overlap_appears_at_step_3"}
+    assert _summarize_tampered(stairs, wrong_values) == {"same_as_ddp_and_single"}
+    assert _summarize_tampered(stairs, extra_call) == {"calls_per_iteration"}
+    assert _summarize_tampered(stairs, forward_overlaps) == {"forward_order_loses_overlap"}
+
+
+def test_speed_bound_is_judged_only_when_asked(stairs):
+    assert not stairs.checks["buckets_within_1_2x_ddp"].applicable
+
+    def slow_buckets(ranks):
+        for r in ranks:
+            r["seconds"]["buckets"] = [2 * t for t in r["seconds"]["ddp"]]
+
+    assert _summarize_tampered(stairs, slow_buckets, check_speed=True) == {"buckets_within_1_2x_ddp"}

@@ -29,7 +29,7 @@ from ..models import mse_backward, rank_batch, wrap_ddp
 from ..params import Bool, Float, Int, seed
 from ..primitives import max_abs_diff, sync
 from ..registry import Lab
-from ..result import Summary, check_at_most, check_equal, check_true, not_applicable
+from ..result import Summary, check_at_most, check_equal, not_applicable
 from ..timing import paired_ratio, slowest, time_calls
 from .buckets import Timeline, layer_stack
 
