@@ -48,6 +48,16 @@ class NoWait(PerParameterDDP):
         self._pending.clear()
 
 
+class HooksEveryIteration(PerParameterDDP):
+    """Registers the hooks again after every iteration: each backward launches one more All-Reduce per
+    parameter than the one before (a leak of hooks, and of communication)."""
+
+    def finish_gradient_synchronization(self) -> None:
+        super().finish_gradient_synchronization()
+        for p in self.trainable:
+            self._watch(p, self._on_grad_ready)
+
+
 class FrozenCommunicated(BucketedDDP):
     """Puts every parameter in the buckets, frozen ones too."""
 
@@ -88,6 +98,7 @@ BUGS = {
     "NoBroadcast": "broadcast_at_construction",
     "HookBeforeAccumulation": "hooks_after_accumulation",
     "NoWait": "handles_waited",
+    "HooksEveryIteration": "collectives_per_iteration",
     "FrozenCommunicated": "frozen_untouched",
     "TiedReducedTwice": "tied_reduced_once",
     "ForwardOrderBuckets": "launch_order",

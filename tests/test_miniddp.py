@@ -19,8 +19,10 @@ from labs.miniddp_bugs import BUGS
 pytestmark = pytest.mark.timeout(300)
 
 REFERENCE = "PerParameterDDP BucketedDDP"
-# 결과가 경쟁 상태(race)에 달린 버그: 진단은 정해져 있고, 값 비교는 실행마다 실패할 수도 통과할 수도 있다
-RACY = {"HookBeforeAccumulation", "NoWait"}
+# 진단(첫 실패) 말고도 실패할 수 있는 확인: 결과가 경쟁 상태(race)에 달린 버그는 값 비교가 실행마다 다르고,
+# 훅이 새는 버그는 두 번째 반복부터 원소 수도 늘어난다
+ALSO = {"HookBeforeAccumulation": {"matches_oracles"}, "NoWait": {"matches_oracles"},
+        "HooksEveryIteration": {"frozen_untouched", "tied_reduced_once", "matches_oracles"}}
 
 
 @pytest.mark.parametrize("nproc", [1, 2, 3, 4])
@@ -56,8 +58,8 @@ def test_every_bug_is_caught_by_its_named_check(gallery, bug):
     expected = BUGS[bug]
     assert diagnosis(gallery, bug) == expected, report(gallery)
     failed = failed_checks(gallery, bug)
-    if bug in RACY:
-        assert expected in failed and failed <= {expected, "matches_oracles"}, failed
+    if bug in ALSO:
+        assert expected in failed and failed <= {expected} | ALSO[bug], failed
     else:
         assert failed == {expected}, failed
     assert not gallery.ok
