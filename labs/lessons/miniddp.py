@@ -92,25 +92,32 @@ def train(name: str, init: nn.Module, ctx: RankContext, cap: float, x, y, per_ra
     return [p.detach().clone() for p in getattr(model, "module", model).parameters()]
 
 
-def timeline(name: str, model: nn.Module, clock: Timeline, ctx: RankContext, x, y, per_rank: int) -> dict:
-    """One more iteration of a warmed-up ``model``, timestamps relative to the call of backward()."""
+def timeline(name: str, model: nn.Module, clock: Timeline, ctx: RankContext, x, y, per_rank: int,
+             samples: int = 3) -> dict:
+    """Iterations of a warmed-up ``model``, timestamps relative to the call of backward(); of ``samples``
+    recorded iterations the one with the median duration (one iteration alone is at the mercy of the load)."""
     if name == "ddp":
         model.register_comm_hook(None, clock.comm_hook)  # DDP의 버킷 All-Reduce 시작·끝 시각
     xb, yb = batch_for(name, x, y, ctx, per_rank, 0)
+    lines = []
     with AllReduceTrace(ctx.device) as trace:  # 우리 단계들의 dist.all_reduce 시작·끝 시각
-        model.zero_grad()
-        loss = nn.functional.mse_loss(model(xb), yb)
-        dist.barrier()
-        clock.reset()
-        trace.start = clock.start
-        loss.backward()
-        backward_end = time.perf_counter() - clock.start
-        finish(model)
-        sync(ctx.device)
-        finish_end = time.perf_counter() - clock.start
-    calls = clock.launched if name == "ddp" else trace.calls
-    return {"ready": [clock.ready[i] for i in sorted(clock.ready)], "backward_end": backward_end,
-            "finish_end": finish_end, "calls": [{"launch": c["launch"], "done": c["done"]} for c in calls]}
+        for _ in range(samples):
+            model.zero_grad()
+            loss = nn.functional.mse_loss(model(xb), yb)
+            dist.barrier()
+            clock.reset()
+            trace.reset()
+            trace.start = clock.start
+            loss.backward()
+            backward_end = time.perf_counter() - clock.start
+            finish(model)
+            sync(ctx.device)
+            finish_end = time.perf_counter() - clock.start
+            calls = clock.launched if name == "ddp" else trace.calls
+            lines.append({"ready": [clock.ready[i] for i in sorted(clock.ready)], "backward_end": backward_end,
+                          "finish_end": finish_end,
+                          "calls": [{"launch": c["launch"], "done": c["done"]} for c in calls]})
+    return sorted(lines, key=lambda line: line["finish_end"])[samples // 2]
 
 
 def count_calls(step) -> int:
