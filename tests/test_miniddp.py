@@ -135,3 +135,10 @@ def test_speed_bound_is_judged_only_when_asked(stairs):
             r["seconds"]["buckets"] = [2 * t for t in r["seconds"]["ddp"]]
 
     assert _summarize_tampered(stairs, slow_buckets, check_speed=True) == {"buckets_within_1_2x_ddp"}
+
+
+@pytest.mark.parametrize("nproc", [1, 3])
+def test_staircase_claims_hold_at_other_world_sizes(nproc):
+    result = labs.run("miniddp", nproc=nproc, timeout=300, repeats=2, steps=2, depth=8)
+    result.assert_ok()
+    assert result.world_size == nproc
