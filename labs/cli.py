@@ -42,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="벤치마크 인자 (여러 번 가능), 예: sizes='4K 1M 64M', repeats=10, caps_mb='0.1 25'")
     bench.add_argument("--json", action="store_true", help="모든 결과를 JSON 한 객체로 출력")
+    grade = sub.add_parser("grade", help="직접 만든 DDP 클래스(9장)를 실제 랭크에서 채점 (torch DDP·단일 프로세스와 비교)")
+    grade.add_argument("path", help="채점할 파이썬 파일 (예: my_ddp.py, 참조 구현은 labs/miniddp.py)")
+    grade.add_argument("--class", dest="classes", action="append", default=[], metavar="NAME",
+                       help="채점할 클래스 (여러 번 가능; 기본: 파일에 있는 PerParameterDDP, BucketedDDP)")
+    grade.add_argument("--nproc", type=int, default=2, help="랭크 수 N (기본 2; torchrun 아래에서는 무시)")
+    grade.add_argument("--backend", default="auto", choices=BACKENDS, help="auto(기본), gloo, nccl")
+    grade.add_argument("--timeout", type=float, default=30.0, help="제한 시간(초): 교착은 이 시간 뒤 위치와 함께 보고")
+    grade.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                       help="채점 인자 (예: bucket_cap_mb=0.01, steps=5; python -m labs list --params)")
     return parser
 
 
@@ -74,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.params:
                 print("".join(f"    --param {line}\n" for line in describe(lab.params)), end="")
         return EXIT_OK
+    if args.command == "grade":
+        from . import grade
+
+        return grade.main(args)
     try:
         if args.command == "bench":
             return run_bench(args)

@@ -106,6 +106,21 @@ for lab in $LABS; do
   fi
 done
 
+# 9장 채점기: 참조 구현을 python -m labs grade로 (torchrun 아래에서는 랭크마다 그대로 실행)
+if (( GPUS >= 2 )); then
+  if [[ "${GPU_CHECK_TORCHRUN:-0}" == 1 ]]; then
+    run_one grade-cli "torchrun N=$NPROC nccl" -- "$PYTHON" -m torch.distributed.run --standalone \
+      --nproc_per_node="$NPROC" -m labs grade labs/miniddp.py --backend nccl --timeout "$LAB_TIMEOUT"
+  else
+    run_one grade-cli "N=$NPROC nccl" -- "$PYTHON" -m labs grade labs/miniddp.py --nproc "$NPROC" --backend nccl \
+      --timeout "$LAB_TIMEOUT"
+  fi
+elif (( GPUS == 1 )); then
+  run_one grade-cli "N=1 nccl" -- "$PYTHON" -m labs grade labs/miniddp.py --nproc 1 --backend nccl --timeout "$LAB_TIMEOUT"
+else
+  run_one grade-cli "N=2 gloo" -- "$PYTHON" -m labs grade labs/miniddp.py --nproc 2 --backend gloo --timeout "$LAB_TIMEOUT"
+fi
+
 # 통신 벤치마크: GPU가 여럿이면 전체 크기(4 KB–64 MB), 아니면 --quick
 if (( GPUS >= 2 )); then
   run_one bench-suite "N=$NPROC nccl" -- "$PYTHON" -m labs bench --nproc "$NPROC" --backend nccl --json
