@@ -6,11 +6,12 @@ group; the launcher (:mod:`labs.launch`) is separate from the lessons.
 
 from .errors import (LabCheckFailed, LabConfigError, LabError, LabTimeoutError, RankCrashedError,
                      RankFailedError)
+from .grader import grade
 from .launch import run
 from .registry import all_labs, get_lab
 from .result import Check, LabResult
 
 __all__ = [
     "Check", "LabCheckFailed", "LabConfigError", "LabError", "LabResult", "LabTimeoutError",
-    "RankCrashedError", "RankFailedError", "all_labs", "get_lab", "run",
+    "RankCrashedError", "RankFailedError", "all_labs", "get_lab", "grade", "run",
 ]

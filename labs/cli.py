@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("".join(f"    --param {line}\n" for line in describe(lab.params)), end="")
         return EXIT_OK
     if args.command == "grade":
-        from . import grade
+        from . import grader
 
-        return grade.main(args)
+        return grader.main(args)
     try:
         if args.command == "bench":
             return run_bench(args)

@@ -12,7 +12,7 @@ import copy
 import pytest
 
 import labs
-from labs.grade import diagnosis, failed_checks, report
+from labs.grader import diagnosis, failed_checks, report
 from labs.lessons.grade import CHECKS
 from labs.miniddp_bugs import BUGS
 

@@ -234,7 +234,7 @@ REFERENCE = Path(__file__).resolve().parents[1] / "miniddp.py"
 
 def validate(params: dict, world_size: int) -> None:
     """The file and classes, checked once before spawning (Korean errors)."""
-    from ..grade import validate as validate_file  # labs.grade가 이 모듈을 불러오므로 여기서 늦게 불러온다
+    from ..grader import validate as validate_file  # labs.grader가 이 모듈을 불러오므로 여기서 늦게 불러온다
 
     validate_file(params["path"] or REFERENCE, params["classes"].split())
 
