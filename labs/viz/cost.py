@@ -7,7 +7,7 @@ import json
 
 import plotly.graph_objects as go
 
-from ..bench import bus_factor, model_time, size_label, variant_label
+from ..lessons.cost import bus_factor, model_time, size_label, variant_label
 from ..result import LabResult
 from . import rank_color
 from .allreduce import calculator_style
