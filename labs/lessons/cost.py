@@ -108,18 +108,19 @@ def copy_seconds(ctx: RankContext, nbytes: int, warmup: int, repeats: int) -> di
     return {"bytes": nbytes, **seconds}
 
 
-def all_reduce_fns(buf: torch.Tensor) -> dict:
+def all_reduce_fns(buf: torch.Tensor, segment_bytes: int) -> dict:
     """The three All-Reduce implementations on ``buf`` (sum, in place), by name."""
     return {"library": lambda: dist.all_reduce(buf), "ring": lambda: ring_all_reduce_(buf, P2P()),
-            "pipelined": lambda: pipelined_ring_all_reduce_(buf, P2P())}
+            "pipelined": lambda: pipelined_ring_all_reduce_(buf, P2P(), segment_bytes)}
 
 
-def allreduce_seconds(ctx: RankContext, sizes: list[int], warmup: int, repeats: int) -> list[dict]:
+def allreduce_seconds(ctx: RankContext, sizes: list[int], warmup: int, repeats: int,
+                      segment_bytes: int) -> list[dict]:
     """Library, ring and pipelined ring All-Reduce (float32), interleaved L, R, P, L, R, P, ..."""
     rows = []
     for size in sizes:
         buf = torch.zeros(size // 4, device=ctx.device)  # 0의 합은 0: 몇 번을 반복해도 값이 그대로다
-        rows.append({"bytes": size, **time_calls(all_reduce_fns(buf), ctx.device, warmup, repeats)})
+        rows.append({"bytes": size, **time_calls(all_reduce_fns(buf, segment_bytes), ctx.device, warmup, repeats)})
     return rows
 
 
@@ -149,10 +150,10 @@ def segment_timeline(ctx: RankContext, size: int, segment_bytes: int) -> dict:
             "segments": [dict(zip(("step", "segment", "wait", "arrived", "added"), e)) for e in events]}
 
 
-def ring_timelines(ctx: RankContext, size: int) -> dict:
-    """The same size with one segment per chunk (chapter 4's ring) and with SEGMENT_BYTES segments."""
+def ring_timelines(ctx: RankContext, size: int, segment_bytes: int) -> dict:
+    """The same size with one segment per chunk (chapter 4's ring) and with ``segment_bytes`` segments."""
     return {"one_segment": segment_timeline(ctx, size, max(size, 4)),
-            "pipelined": segment_timeline(ctx, size, SEGMENT_BYTES)}
+            "pipelined": segment_timeline(ctx, size, segment_bytes)}
 
 
 def ring_errors(ctx: RankContext, numel: int) -> dict:
@@ -166,14 +167,14 @@ def ring_errors(ctx: RankContext, numel: int) -> dict:
     return {"ring": float((ring - reference).abs().max()), "pipelined": float((pipelined - reference).abs().max())}
 
 
-def pipelined_socket_bytes(ctx: RankContext, size: int) -> dict:
+def pipelined_socket_bytes(ctx: RankContext, size: int, segment_bytes: int) -> dict:
     """Bytes this process wrote (kernel counter) during one pipelined ring All-Reduce of ``size``,
     next to the payload bytes its sends carried: the segments must not add traffic."""
     buf = torch.zeros(size // 4, device=ctx.device)
     p2p = P2P()
     dist.barrier()
     before = written_bytes()
-    pipelined_ring_all_reduce_(buf, p2p)
+    pipelined_ring_all_reduce_(buf, p2p, segment_bytes)
     after = written_bytes()
     return {"bytes": size, "payload": p2p.sent,
             "written": None if before is None or after is None else after - before}
@@ -255,17 +256,17 @@ def ddp_variants(ctx: RankContext, caps: list[float], width: int, depth: int, ba
 
 
 def rank_fn(ctx: RankContext, sizes: tuple[int, ...], repeats: int, warmup: int, memcpy_mb: int, caps_mb: tuple,
-            width: int, depth: int, batch: int, ddp_steps: int, accum_steps: int, seed: int) -> dict:
+            width: int, depth: int, batch: int, ddp_steps: int, accum_steps: int, segment_kb: int, seed: int) -> dict:
     message_sizes = parse_sizes(sizes)
     return {
         **ctx.describe(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "memcpy": copy_seconds(ctx, memcpy_mb << 20, warmup, repeats),
-        "allreduce": allreduce_seconds(ctx, message_sizes, warmup, repeats),
-        "timeline": ring_timelines(ctx, message_sizes[-1]),
+        "allreduce": allreduce_seconds(ctx, message_sizes, warmup, repeats, segment_kb << 10),
+        "timeline": ring_timelines(ctx, message_sizes[-1], segment_kb << 10),
         "ring_error": ring_errors(ctx, CHECK_NUMEL),
-        "socket": pipelined_socket_bytes(ctx, message_sizes[-1]),
+        "socket": pipelined_socket_bytes(ctx, message_sizes[-1], segment_kb << 10),
         "ddp": ddp_variants(ctx, parse_caps(caps_mb), width, depth, batch, warmup, ddp_steps, seed, accum_steps),
     }
 
@@ -399,7 +400,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     data = {"rows": rows, "fit": fit, "ring_fit": fit_cost_model(rows, n, "ring"), "memcpy": memcpy,
             "timeline": timeline_summary(ranks), "ddp": ddp, "bus_factor": bus_factor(n),
             "pipelined_vs_library": pipelined_vs_library(rows), "pipeline_target": PIPELINE_TARGET,
-            "pipeline_gate": PIPELINE_GATE, "target": target_report(rows), "segment_bytes": SEGMENT_BYTES,
+            "pipeline_gate": PIPELINE_GATE, "target": target_report(rows), "segment_bytes": params["segment_kb"] << 10,
             "socket": [r["socket"] for r in ranks],
             "device": ranks[0]["device"], "cpu_count": cpu, "oversubscribed": oversubscribed,
             "threads_per_rank": ranks[0]["threads"]}
@@ -632,5 +633,6 @@ LAB = Lab(
             "depth": Int(12, min=1, max=64, help="DDP 모델 층 수"),
             "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
             "accum_steps": Int(4, min=1, max=64, help="no_sync 누적 마이크로 스텝 수"),
+            "segment_kb": Int(SEGMENT_BYTES >> 10, min=1, max=1 << 20, help="파이프라인 링의 세그먼트 크기(KiB)"),
             "seed": seed()},
 )
