@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import statistics
 import time
 from contextlib import nullcontext
