@@ -12,6 +12,11 @@ import contextlib
 import copy
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +88,22 @@ def test_rings_agree_with_library_on_odd_sizes(runs):
         check = runs[n].checks["rings_match_library"]
         assert check.ok and check.value <= check.tolerance
         assert set(runs[n].ranks[0]["ring_error"]) == {"ring", "pipelined"}
+
+
+def test_broken_pipelined_ring_is_caught(tmp_path):
+    """A real wrong ring, not an edited number: a copy of the package whose pipelined ring forgets to
+    add the last segment of every chunk. The lab run on real ranks must fail rings_match_library."""
+    shutil.copytree(Path(labs.__file__).parent, tmp_path / "labs")
+    ring = tmp_path / "labs" / "ring.py"
+    correct = "        if t < n - 1:\n            seg = segments[chunk][k]\n"
+    assert correct in ring.read_text()
+    ring.write_text(ring.read_text().replace(correct, correct.replace("t < n - 1", "t < n - 1 and k + 1 < len(segments[chunk])")))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "labs", "run", "bench", "--nproc", "2", "--param", "sizes=64K",
+                          "--param", "repeats=1", "--param", "ddp_steps=2"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=200)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "[실패] rings_match_library" in out.stdout
 
 
 def test_ring_on_four_ranks_and_oversubscribed_race_not_applicable():
@@ -222,8 +243,8 @@ def test_flat_bandwidth_fails(runs):
 
 
 def test_times_the_model_cannot_explain_fail_the_fit(runs):
-    def tamper(ranks):  # 64K만 100배 빠르고 나머지는 제멋대로: algbw는 크기와 함께 크지만 모델의 모양이 아니다
-        times = {4 << 10: 1e-3, 64 << 10: 1e-5, 1 << 20: 1e-3, 4 << 20: 2e-3}
+    def tamper(ranks):  # 64K만 100배 빠르다: algbw는 크기와 함께 크지만 t = aS + b의 모양이 아니다
+        times = {4 << 10: 1e-2, 64 << 10: 1e-4, 1 << 20: 1e-2, 4 << 20: 2e-2}  # busbw는 1 GB/s 아래
         for r in ranks:
             for row in r["allreduce"]:
                 fake = [times[row["bytes"]]] * len(row["library"])
