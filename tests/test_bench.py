@@ -26,7 +26,7 @@ from labs.lessons import cost as bench
 from labs.viz.cost import (allreduce_figure, ddp_step_figure, measured_preset, pipeline_timeline_figure,
                            scaling_calculator)
 
-from labs.errors import LabCheckFailed
+from conftest import assert_only_these_fail, summarize_again
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -40,17 +40,6 @@ NO_COMMUNICATION = {"pipelined_bytes_on_socket", "busbw_below_memcpy", "bandwidt
 @pytest.fixture(scope="module")
 def runs():
     return {n: labs.run("bench", nproc=n) for n in (1, 2, 3)}
-
-
-def assert_only_these_fail(result, tamper, failing: set[str]) -> None:
-    """``summarize`` on a tampered copy of ``result``'s rank records (with the run's own parameters):
-    exactly the checks in ``failing`` fail, and ``assert_ok()`` raises."""
-    ranks = copy.deepcopy(result.ranks)
-    tamper(ranks)
-    tampered = bench.LAB.finish(ranks, result.backend, result.params)
-    assert {c.name for c in tampered.failed()} == failing, tampered.report()
-    with pytest.raises(LabCheckFailed):
-        tampered.assert_ok()
 
 
 def run_cli(*args: str) -> tuple[int, dict]:
@@ -206,14 +195,14 @@ def test_wrong_ring_sum_fails(runs):
     def tamper(ranks):
         ranks[1]["ring_error"]["pipelined"] = 0.5  # 세그먼트 하나를 더하지 않았다면
 
-    assert_only_these_fail(runs[2], tamper, {"rings_match_library"})
+    assert_only_these_fail(bench, runs[2], tamper, {"rings_match_library"})
 
 
 def test_extra_socket_traffic_fails(runs):
     def tamper(ranks):  # 세그먼트마다 조각 전체를 다시 보냈다면: 커널이 센 바이트가 이론의 두 배
         ranks[0]["socket"]["written"] *= 2
 
-    assert_only_these_fail(runs[2], tamper, {"pipelined_bytes_on_socket"})
+    assert_only_these_fail(bench, runs[2], tamper, {"pipelined_bytes_on_socket"})
 
 
 def test_slow_pipelined_ring_fails(runs):
@@ -222,14 +211,14 @@ def test_slow_pipelined_ring_fails(runs):
             for row in r["allreduce"]:
                 row["pipelined"] = [4 * t for t in row["library"]]
 
-    assert_only_these_fail(runs[2], tamper, {"pipelined_vs_library"})
+    assert_only_these_fail(bench, runs[2], tamper, {"pipelined_vs_library"})
 
 
 def test_busbw_above_memcpy_fails(runs):
     def tamper(ranks):  # 복사가 통신보다 느리다면 측정이 틀린 것이다
         ranks[0]["memcpy"]["alone"] = [10.0] * len(ranks[0]["memcpy"]["alone"])
 
-    assert_only_these_fail(runs[2], tamper, {"busbw_below_memcpy"})
+    assert_only_these_fail(bench, runs[2], tamper, {"busbw_below_memcpy"})
 
 
 def test_flat_bandwidth_fails(runs):
@@ -239,7 +228,7 @@ def test_flat_bandwidth_fails(runs):
                 flat = [row["bytes"] / 1e9 - 1e-6] * len(row["library"])
                 row["library"], row["ring"], row["pipelined"] = flat, list(flat), list(flat)
 
-    assert_only_these_fail(runs[2], tamper, {"bandwidth_grows_with_size", "cost_model_fits"})
+    assert_only_these_fail(bench, runs[2], tamper, {"bandwidth_grows_with_size", "cost_model_fits"})
 
 
 def test_times_the_model_cannot_explain_fail_the_fit(runs):
@@ -250,7 +239,7 @@ def test_times_the_model_cannot_explain_fail_the_fit(runs):
                 fake = [times[row["bytes"]]] * len(row["library"])
                 row["library"], row["ring"], row["pipelined"] = fake, list(fake), list(fake)
 
-    assert_only_these_fail(runs[2], tamper, {"cost_model_fits"})
+    assert_only_these_fail(bench, runs[2], tamper, {"cost_model_fits"})
 
 
 def test_wrong_call_counts_fail(runs):
@@ -261,7 +250,7 @@ def test_wrong_call_counts_fail(runs):
             r["ddp"]["seconds"][bench.ACCUM] = [4 * t for t in r["ddp"]["seconds"][bench.ACCUM]]
             r["ddp"]["seconds"]["compute"] = [min(r["ddp"]["seconds"]["compute"])] * len(r["ddp"]["seconds"]["compute"])
 
-    assert_only_these_fail(runs[2], tamper, {"manual_one_call_per_tensor", "fewer_calls_with_bigger_buckets",
+    assert_only_these_fail(bench, runs[2], tamper, {"manual_one_call_per_tensor", "fewer_calls_with_bigger_buckets",
                                                     "accumulation_same_calls_per_step",
                                                     "accumulation_raises_efficiency"})
 
@@ -274,7 +263,7 @@ def test_busy_machine_makes_accumulation_not_applicable(runs):
         compute = r["ddp"]["seconds"]["compute"]
         r["ddp"]["seconds"]["compute"] = [min(compute) * (3 if i % 2 else 1) for i in range(len(compute))]
         r["ddp"]["seconds"][bench.ACCUM] = [100.0] * len(compute)  # 누적 스텝이 터무니없이 느려도
-    check = bench.LAB.finish(ranks, runs[2].backend, runs[2].params).checks["accumulation_raises_efficiency"]
+    check = summarize_again(bench, ranks, runs[2].backend, **runs[2].params).checks["accumulation_raises_efficiency"]
     assert not check.applicable and check.ok and "바빴다" in check.description
 
 
@@ -285,7 +274,7 @@ def test_slow_ddp_fails(runs):
             for cap in CAPS:
                 r["ddp"]["seconds"][f"ddp:{cap:g}"] = [2 * t for t in manual]
 
-    assert_only_these_fail(runs[2], tamper, {"ddp_faster_than_manual"})
+    assert_only_these_fail(bench, runs[2], tamper, {"ddp_faster_than_manual"})
 
 
 def test_figures_and_calculator(runs):
