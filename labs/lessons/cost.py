@@ -656,6 +656,11 @@ LAB = Lab(
     default_nproc=2,
     validate=validate,
     chapter=8,
+    record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host",  # ctx.describe()
+                           "cpu_count", "threads", "memcpy", "allreduce", "timeline", "ring_error", "socket", "ddp"}),
+    data_keys=frozenset({"rows", "fit", "ring_fit", "memcpy", "timeline", "ddp", "bus_factor", "pipelined_vs_library",
+                         "pipeline_target", "pipeline_gate", "target", "segment_bytes", "socket", "device", "cpu_count",
+                         "oversubscribed", "threads_per_rank"}),
     params={"sizes": SIZES,
             "repeats": Int(QUICK["repeats"], min=1, max=1000, help="크기마다 재는 반복 수"),
             "warmup": Int(QUICK["warmup"], min=0, max=100, help="재기 전에 버리는 반복 수"),
