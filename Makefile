@@ -7,7 +7,7 @@ JB_FLAGS := -W -n --keep-going
 # 책을 빌드할 때 실행한 실습을 기록하고(labs/replay.py), make test는 같은 코드·같은 인자의 실습을 다시 띄우지 않고 그 기록을 쓴다
 LAB_RUNS := $(CURDIR)/_build/lab-runs
 
-.PHONY: book test venv browser serve clean lab-list
+.PHONY: book test venv browser slurm serve clean lab-list
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,14 @@ browser:
 	  else echo "chromium/fonts-noto-cjk가 없습니다: sudo apt-get install chromium fonts-noto-cjk 로 설치하세요." >&2; fi; \
 	fi
 
-test: book browser
+# Slurm·munge 테스트용 (tests/test_launchers.py가 임시 폴더에 단일 노드 클러스터를 띄운다; 없을 때만 설치)
+slurm:
+	@if ! PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null 2>&1 || ! PATH="$$PATH:/usr/sbin" command -v munged >/dev/null 2>&1 || ! command -v sbatch >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmd slurmctld slurm-client munge >/dev/null; \
+	  else echo "Slurm이 없습니다: sudo apt-get install slurmd slurmctld slurm-client munge 로 설치하세요 (없으면 Slurm 테스트는 건너뜁니다)." >&2; fi; \
+	fi
+
+test: book browser slurm
 	LABS_RECORD_DIR=$(LAB_RUNS) LABS_REPLAY_DIR=$(LAB_RUNS) \
 	  $(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider
 

@@ -1,4 +1,4 @@
-"""Self-check boxes for chapter 9: write your own explanation, then reveal the model answer.
+"""Self-check boxes for chapter 12: write your own explanation, then reveal the model answer.
 
 ``SelfCheck("dp-idea", "answer-dp-idea")`` renders a text box and a button as static HTML with a
 small inline script (``checklist.js``): no kernel, no network. The model answer itself is written

@@ -12,6 +12,8 @@ import torch.distributed as dist
 from .errors import LabConfigError
 
 BACKENDS = ("auto", "gloo", "nccl")
+# The keys of RankContext.describe(): labs that return it declare them in their record_keys.
+DESCRIBE_KEYS = frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host"})
 MAX_CPU_RANKS = 64
 
 

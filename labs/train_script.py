@@ -37,7 +37,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
+from labs.context import RankContext, device_for
 from labs.models import fingerprint, flat_parameters, tiny_mlp
+from labs.primitives import device_ids, make_optimizer
 
 CHECKPOINT_NAME = "checkpoint.pt"
 TEST_SIZE = 357  # 1,797 digits → 1,440 for training (divisible by 1, 2, 3, 4, 5, 6, 8, …) and 357 for testing
@@ -60,27 +62,14 @@ class TrainConfig:
     progress: bool = False     # rank 0's tqdm bar and log lines
 
 
-@dataclass(frozen=True)
-class DistEnv:
-    """Where this process sits: its rank, the world size, its rank on this node and its device."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-
-
-def init_distributed() -> DistEnv:
+def init_distributed() -> RankContext:
     """Join the process group torchrun describes in the environment (or a group of one)."""
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        # GPU 노드: 랭크마다 GPU 하나. 번호는 노드 안의 번호(LOCAL_RANK)
-        torch.cuda.set_device(local_rank)
-        backend, device = "nccl", torch.device("cuda", local_rank)
-    else:
-        backend, device = "gloo", torch.device("cpu")
+    # GPU 노드: 랭크마다 GPU 하나. 번호는 노드 안의 번호(LOCAL_RANK)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = device_for(backend, local_rank)  # cuda:LOCAL_RANK (set_device까지) 또는 CPU
     if "MASTER_ADDR" in os.environ:
         # torchrun이 RANK, WORLD_SIZE, MASTER_ADDR/PORT를 넣어 주었다
         bound = device if device.type == "cuda" else None
@@ -88,7 +77,7 @@ def init_distributed() -> DistEnv:
     else:
         # python -m labs.train_script: 프로세스 하나짜리 그룹 (랑데부 필요 없음)
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return DistEnv(rank, world_size, local_rank, device)
+    return RankContext(rank, world_size, local_rank, backend, device)
 
 def load_digits_split() -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's bundled digits (no download), a fixed stratified split, standardized pixels."""
@@ -108,8 +97,15 @@ def make_model(cfg: TrainConfig, device: torch.device) -> nn.Module:
     return tiny_mlp(64, 64, 10).to(device)  # 64픽셀 → 은닉 64 → 숫자 10개
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+def make_ddp_model(cfg: TrainConfig, ctx: RankContext) -> DDP:
+    model = make_model(cfg, ctx.device)
+    # ① 복제: DDP 생성자가 랭크 0의 파라미터를 모든 랭크에 브로드캐스트한다
+    return DDP(model, device_ids=device_ids(ctx.device))
+
+
+def sgd(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Momentum SGD: the momentum buffer is optimizer state that a checkpoint must keep."""
+    return make_optimizer("sgd", model.parameters(), cfg.lr, momentum=cfg.momentum)
 
 
 def per_rank_batch(cfg: TrainConfig, world_size: int) -> int:
@@ -155,17 +151,17 @@ def count_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
     return int((model(x).argmax(dim=1) == y).sum())
 
 
-def evaluate(model: nn.Module, dataset: TensorDataset, env: DistEnv) -> tuple[int, int]:
+def evaluate(model: nn.Module, dataset: TensorDataset, ctx: RankContext) -> tuple[int, int]:
     """Test accuracy, shared out: each rank scores every N-th sample, All-Reduce the counts."""
-    x, y = (t[env.rank::env.world_size].to(env.device) for t in dataset.tensors)
-    counts = torch.tensor([count_correct(model, x, y), len(y)], device=env.device)
+    x, y = (t[ctx.rank::ctx.world_size].to(ctx.device) for t in dataset.tensors)
+    counts = torch.tensor([count_correct(model, x, y), len(y)], device=ctx.device)
     dist.all_reduce(counts)
     return int(counts[0]), int(counts[1])
 
 def save_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer, epoch: int,
-                    history: list[dict], env: DistEnv) -> None:
+                    history: list[dict], ctx: RankContext) -> None:
     """Rank 0 writes atomically; every rank waits at the barrier until it is on disk."""
-    if env.rank == 0:
+    if ctx.rank == 0:
         # 복제본이 모두 같으므로 한 랭크만 쓴다 (N개가 같은 파일에 쓰면 서로 덮어쓴다)
         state = {"epoch": epoch, "model": model.module.state_dict(),
                  "optimizer": optimizer.state_dict(), "history": history}
@@ -178,73 +174,70 @@ def save_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer, ep
     dist.barrier()
 
 def load_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer,
-                    env: DistEnv) -> tuple[int, list[dict]]:
+                    ctx: RankContext) -> tuple[int, list[dict]]:
     """Every rank loads the last checkpoint, if any: (epochs already done, history)."""
     if not path.exists():
         return 0, []
     # 저장한 장치(랭크 0의 cuda:0)가 아니라 이 랭크의 장치로 올린다
-    state = torch.load(path, map_location=env.device)
+    state = torch.load(path, map_location=ctx.device)
     model.module.load_state_dict(state["model"])
     # 모멘텀 버퍼도 이어받아야 끊기지 않은 학습과 같은 길을 간다
     optimizer.load_state_dict(state["optimizer"])
     return state["epoch"], state["history"]
 
-def fail_midway(batches: Iterable, epoch: int, env: DistEnv) -> Iterable:
+def fail_midway(batches: Iterable, epoch: int, ctx: RankContext) -> Iterable:
     """Yield about half of ``batches``, then raise: a process dying in the middle of an epoch."""
     batches = list(batches)
     yield from batches[:len(batches) // 2]
     raise InjectedFault(f"의도한 고장: 에폭 {epoch}의 {len(batches) // 2 + 1}번째 스텝에서 "
-                        f"랭크 {env.rank} 프로세스가 죽었습니다")
+                        f"랭크 {ctx.rank} 프로세스가 죽었습니다")
 
 
-def log(env: DistEnv, cfg: TrainConfig, message: str) -> None:
+def log(ctx: RankContext, cfg: TrainConfig, message: str) -> None:
     # 로그는 랭크 0만: N개 프로세스가 같은 줄을 N번 찍지 않게
-    if env.rank == 0 and cfg.progress:
+    if ctx.rank == 0 and cfg.progress:
         tqdm.write(message, file=sys.stdout)  # 진행 막대(stderr)를 지우고 쓴 뒤 다시 그린다
         sys.stdout.flush()
 
-def train(cfg: TrainConfig, env: DistEnv, train_set: TensorDataset, test_set: TensorDataset,
+def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set: TensorDataset,
           on_epoch_end: Callable[[int, DistributedSampler], None] | None = None,
           ) -> tuple[DDP, list[dict], int]:
     """The whole DDP training; returns (model, per-epoch history, epochs done before)."""
-    model = make_model(cfg, env.device)
-    device_ids = [env.device.index] if env.device.type == "cuda" else None
-    # ① 복제: DDP 생성자가 랭크 0의 파라미터를 모든 랭크에 브로드캐스트한다
-    model = DDP(model, device_ids=device_ids)
-    optimizer = make_optimizer(model, cfg)
+    model = make_ddp_model(cfg, ctx)  # ① 복제
+    optimizer = sgd(model, cfg)
     # ② 랭크마다 겹치지 않는 1/N을 B/N개씩
-    sampler, loader = make_loader(train_set, cfg, env.world_size, env.rank,
-                                  pin_memory=env.device.type == "cuda")
+    sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank,
+                                  pin_memory=ctx.device.type == "cuda")
     ckpt = Path(cfg.ckpt_dir) / CHECKPOINT_NAME if cfg.ckpt_dir else None
-    start, history = load_checkpoint(ckpt, model, optimizer, env) if ckpt else (0, [])
+    start, history = load_checkpoint(ckpt, model, optimizer, ctx) if ckpt else (0, [])
     if start:
-        log(env, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")
+        log(ctx, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")
     # 진행 막대도 랭크 0만
     epochs = tqdm(range(start, cfg.epochs), initial=start, total=cfg.epochs, desc="에폭",
-                  disable=not (env.rank == 0 and cfg.progress))
+                  disable=not (ctx.rank == 0 and cfg.progress))
     for epoch in epochs:
         # 섞는 순서 = randperm(seed + epoch): 에폭마다 다르고, 재시작해도 같다
         sampler.set_epoch(epoch)
-        faulty = cfg.fail_at_epoch == epoch + 1 and env.rank == env.world_size - 1
-        batches = fail_midway(loader, epoch + 1, env) if faulty else loader
+        faulty = cfg.fail_at_epoch == epoch + 1 and ctx.rank == ctx.world_size - 1
+        batches = fail_midway(loader, epoch + 1, ctx) if faulty else loader
         # ③–⑥
-        loss_sum, count = train_one_epoch(model, batches, optimizer, env.device)
-        correct, total = evaluate(model.module, test_set, env)
-        loss = global_mean(loss_sum, count, env.device)
+        loss_sum, count = train_one_epoch(model, batches, optimizer, ctx.device)
+        correct, total = evaluate(model.module, test_set, ctx)
+        loss = global_mean(loss_sum, count, ctx.device)
         history.append({"epoch": epoch + 1, "loss": loss, "correct": correct, "total": total})
         if on_epoch_end is not None:
             on_epoch_end(epoch, sampler)
         if ckpt:
-            save_checkpoint(ckpt, model, optimizer, epoch + 1, history, env)
+            save_checkpoint(ckpt, model, optimizer, epoch + 1, history, ctx)
         epochs.set_postfix(loss=f"{loss:.4f}", acc=f"{correct / total:.1%}")
-        log(env, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
+        log(ctx, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
                       f"테스트 정확도 {correct / total:.1%} ({correct}/{total})")
     return model, history, start
 
-def run_summary(model: DDP, history: list[dict], start: int, env: DistEnv) -> dict:
+def run_summary(model: DDP, history: list[dict], start: int, ctx: RankContext) -> dict:
     """What a run ended with, as plain data: compared across runs (uninterrupted vs resumed)."""
     params = flat_parameters(model.module)
-    return {"world_size": env.world_size, "resumed_from": start, "fingerprint": fingerprint(model.module),
+    return {"world_size": ctx.world_size, "resumed_from": start, "fingerprint": fingerprint(model.module),
             "checksum": float(params.sum()), "params": params.tolist(), "history": history}
 
 
@@ -265,21 +258,32 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                        args.fail_at_epoch, progress=not args.no_progress)
 
 
+RESULT_PREFIX = "RESULT "  # rank 0's last line: run_summary() as JSON, read back by read_result()
+
+
+def read_result(output: str) -> dict:
+    """The one ``RESULT`` line in a run's standard output (torchrun's or a Slurm job's), as a dict."""
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
+    if len(lines) != 1:
+        raise ValueError(f"RESULT 줄이 하나여야 하는데 {len(lines)}개입니다:\n{output[-2000:]}")
+    return json.loads(lines[0][len(RESULT_PREFIX):])
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    env = init_distributed()
+    ctx = init_distributed()
     # torchrun이 랭크들을 다시 띄울 때마다 1씩 늘린다
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restarts > 0:
         cfg.fail_at_epoch = 0  # 주입한 고장은 첫 시도에서만 일어난다
     try:
-        log(env, cfg, f"시작: 월드 크기 {env.world_size} · 장치 {env.device} · "
-                      f"랭크당 배치 {per_rank_batch(cfg, env.world_size)} · 재시작 횟수 {restarts}")
+        log(ctx, cfg, f"시작: 월드 크기 {ctx.world_size} · 장치 {ctx.device} · "
+                      f"랭크당 배치 {per_rank_batch(cfg, ctx.world_size)} · 재시작 횟수 {restarts}")
         train_set, test_set = load_digits_split()
-        model, history, start = train(cfg, env, train_set, test_set)
-        if env.rank == 0:
-            summary = {**run_summary(model, history, start, env), "restarts": restarts}
-            print("RESULT " + json.dumps(summary), flush=True)
+        model, history, start = train(cfg, ctx, train_set, test_set)
+        if ctx.rank == 0:
+            summary = {**run_summary(model, history, start, ctx), "restarts": restarts}
+            print(RESULT_PREFIX + json.dumps(summary), flush=True)
     finally:
         dist.destroy_process_group()
     return 0

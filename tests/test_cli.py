@@ -21,8 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 
 REPLICAS_CHECKS = {
     "distinct_processes", "replicas_differ_before_ddp", "replicas_identical_after_ddp",
-    "equal_to_rank0_initial", "fingerprints_after_ddp", "per_rank_batch_sizes", "global_batch_size",
-    "no_overlap", "full_coverage",
+    "equal_to_rank0_initial", "fingerprints_after_ddp", "per_rank_batch_sizes", "no_overlap",
+    "padding_repeats_leading", "full_coverage", "drop_last_shards",
 }
 
 
@@ -74,7 +74,7 @@ def test_run_replicas_json_on_three_ranks():
         assert check["ok"] is True, (name, check)
         assert has_hangul(check["description"]), name
     assert report["checks"]["distinct_processes"]["value"] == 3
-    assert report["checks"]["global_batch_size"]["value"] == [3 * 4]
+    assert report["checks"]["per_rank_batch_sizes"]["value"] == [[4, 4]]
     identical = report["checks"]["replicas_identical_after_ddp"]
     assert (identical["kind"], identical["value"], identical["expected"], identical["tolerance"]) == ("close", 0.0, 0.0, 0.0)
 

@@ -15,7 +15,7 @@ import labs
 from labs.lessons import allreduce as allreduce_lab
 from labs.lessons import equivalence as equivalence_lab
 from labs.lessons import update as update_lab
-from labs.viz.allreduce import bytes_figure, cost_calculator, ring_steps_figure
+from labs.viz.allreduce import bytes_alt, bytes_figure, cost_calculator, ring_steps_figure
 from labs.viz.update import trajectory_figure
 
 from conftest import assert_only_these_fail
@@ -64,14 +64,6 @@ def test_allreduce_checks_hold(allreduce_runs, n):
 
 def test_allreduce_uneven_chunks_exercised(allreduce_runs):
     assert len(set(allreduce_runs[3].data["chunk_sizes"])) == 2  # 10,007 = 3,336 + 3,336 + 3,335
-
-
-def test_ring_bytes_formula():
-    assert allreduce_lab.chunk_sizes(10, 4) == [3, 3, 2, 2]
-    for n in (2, 3, 4, 7):
-        exact = [allreduce_lab.ring_bytes_sent(r, 1001, n, 4) for r in range(n)]
-        assert all(abs(e - allreduce_lab.ring_theory_bytes(1001, n, 4)) < 2 * 4 for e in exact)
-    assert allreduce_lab.ring_bytes_sent(0, 1001, 1, 4) == 0
 
 
 def test_demo_contributors_decode():
@@ -123,13 +115,12 @@ def test_allreduce_ring_demo_fails(allreduce_runs):
 
 
 def test_allreduce_sum_instead_of_mean_fails(allreduce_runs):
-    def tamper(ranks):
+    def tamper(ranks):  # 합을 N으로 나누지 않았다면: (Σg_i) − ∇L = (N−1)∇L
+        n = len(ranks)
         for r in ranks:
-            r["grad_mean_vs_global"] = 0.5
-            r["grad_sum_norm_ratio"] = 1.0
+            r["grad_mean_vs_global"] = (n - 1) * r["grad_global_max"]
 
-    assert_only_these_fail(allreduce_lab, allreduce_runs[3], tamper,
-                           {"mean_equals_global_gradient", "sum_is_n_times_larger"}, **SMALL)
+    assert_only_these_fail(allreduce_lab, allreduce_runs[3], tamper, {"mean_equals_global_gradient"}, **SMALL)
 
 
 def test_allreduce_figures(allreduce_runs):
@@ -140,6 +131,7 @@ def test_allreduce_figures(allreduce_runs):
     assert len(last) == 16 and {s.fillcolor for s in last} == {"#54A24B"}  # 끝나면 모든 조각이 완성
     bars = bytes_figure(result.ranks, result.data["ring_theory_bytes"], result.data["size_bytes"])
     assert len(bars.data) == 3
+    assert "랭크 0만 0.12 MB" in bytes_alt(result) and "0.06 MB에" in bytes_alt(result)  # (N−1)·S, 2(N−1)/N·S
     calculator = cost_calculator("calc-test").data
     assert "<script" in calculator and "src=" not in calculator and "http" not in calculator
 

@@ -14,6 +14,7 @@ from labs.lessons import accumulation as accumulation_lab
 from labs.lessons import buckets as buckets_lab
 from labs.lessons import uneven as uneven_lab
 from labs.viz import internals as figures
+from labs.widgets import internals as widget
 
 from conftest import assert_only_these_fail
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.timeout(180)
 
 CHAPTER_CAPS = ["0.1", "0.5", "1", "25", "default"]
 CHAPTER_COUNTS = [12, 6, 3, 1, 2]  # Linear(256, 256) × 12: 가중치 하나 0.25 MiB, 전체 약 3 MiB
-SMALL_BUCKETS = {"caps_mb": "0.1 default", "depth": 8, "width": 128}  # N=1용: 가볍게
+SMALL_BUCKETS = {"caps_mb": (0.1, "default"), "depth": 8, "width": 128}  # N=1용: 가볍게
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +50,11 @@ def test_predict_buckets_rule():
     assert buckets_lab.predict_buckets([1, 1, 1], 10, 10) == [[0, 1, 2]]
     assert buckets_lab.bucket_limits("default") == (1024 * 1024, 25 * 1024 * 1024)
     assert buckets_lab.bucket_limits("25") == (25 * 1024 * 1024,) * 2
-    with pytest.raises(ValueError):
-        buckets_lab.parse_caps("0.5 -1")
-    with pytest.raises(ValueError):
-        buckets_lab.parse_caps(" ")
+    caps = buckets_lab.LAB.params["caps_mb"]  # 위젯의 글자 입력도 이 명세로 읽는다
+    assert caps.parse("caps_mb", "0.05 0.25 2 default") == (0.05, 0.25, 2.0, "default")
+    for bad in ("0.5 -1", " ", "0.5 x"):
+        with pytest.raises(labs.LabConfigError):
+            caps.parse("caps_mb", bad)
 
 
 def test_buckets_chapter_run(bucket_runs):
@@ -65,6 +67,7 @@ def test_buckets_chapter_run(bucket_runs):
     assert all(row["broadcast"][0] == 0 and row["broadcast"][1] > 0 and row["broadcast"][2] == 0 for row in rows)
     assert result.data["first_bucket_bytes"] == 1024 * 1024
     assert result.checks["launched_before_backward_end"].value == 3 * 4  # 랭크 3개 × 버킷이 2개 이상인 cap 4개
+    assert result.checks["launched_in_index_order"].value == 3 * 4
     for r in result.ranks:  # 통신 훅이 본 버킷 수 = 세어 본 All-Reduce 수
         assert [len(run["timeline"]["buckets"]) for run in r["runs"]] == CHAPTER_COUNTS
 
@@ -99,6 +102,12 @@ def test_buckets_checks_can_fail(bucket_runs):
 
     assert_only_these_fail(buckets_lab, result, no_overlap, {"launched_before_backward_end"})
 
+    def launched_out_of_order(ranks):  # 뒤 번호의 버킷이 먼저 시작된 기록
+        buckets = ranks[1]["runs"][0]["timeline"]["buckets"]
+        buckets[0], buckets[1] = buckets[1], buckets[0]
+
+    assert_only_these_fail(buckets_lab, result, launched_out_of_order, {"launched_in_index_order"})
+
     def returned_too_early(ranks):
         timeline = ranks[0]["runs"][1]["timeline"]
         timeline["buckets"][-1]["done"] = timeline["backward_returned"] + 0.01
@@ -111,6 +120,27 @@ def test_buckets_checks_can_fail(bucket_runs):
     assert_only_these_fail(buckets_lab, result, first_iteration_bucketed, {"first_iteration_one_bucket"})
 
 
+def test_overlap_checks_not_applicable_without_two_buckets():
+    # cap이 모델보다 크면 버킷이 하나뿐: 겹침과 순서는 잴 수 없으므로 통과로 꾸미지 않고 "해당 없음"
+    result = labs.run("buckets", nproc=2, caps_mb=(25.0,), depth=2, width=64)
+    assert result.ok, result.report()
+    for name in ("launched_before_backward_end", "launched_in_index_order"):
+        assert not result.checks[name].applicable and result.checks[name].value is None
+    assert result.checks["counts_match_prediction"].value == [1]
+
+
+def test_widget_reads_caps_with_the_lab_spec(monkeypatch):
+    panels = {}
+    monkeypatch.setattr(widget, "launch_panel", lambda controls, action: panels.setdefault("action", action))
+    monkeypatch.setattr(widget, "run", lambda *a, **k: pytest.fail("bad caps must not launch ranks"))
+    widget.bucket_explorer()
+    caps = panels["action"].__closure__
+    text_box = next(c.cell_contents for c in caps if type(c.cell_contents).__name__ == "Text")
+    text_box.value = "0.5 -1"
+    message = panels["action"]()
+    assert len(message) == 1 and "caps_mb" in message[0] and "-1" in message[0]
+
+
 def test_bucket_figures(bucket_runs):
     result = bucket_runs[3]
     counts = figures.bucket_count_figure(result.data["rows"])
@@ -119,6 +149,10 @@ def test_bucket_figures(bucket_runs):
     timeline = figures.overlap_timeline_figure(result.ranks[0])
     assert len(timeline.layout.sliders[0].steps) == len(CHAPTER_CAPS)
     assert sum(1 for t in timeline.data if t.visible) == 3  # 순전파, 층별 역전파, 버킷: 한 cap만 보인다
+    table = figures.bucket_table(result).data
+    assert table.count("<tr>") == 1 + len(CHAPTER_CAPS) and "첫 버킷 1 MiB, 나머지 25 MiB" in table
+    alt = figures.bucket_count_alt(result.data["rows"])
+    assert all(f"{figures.cap_label(c)} {k}번" in alt for c, k in zip(CHAPTER_CAPS, CHAPTER_COUNTS))
 
 
 # ----------------------------------------------------------------------------- accumulation
@@ -127,7 +161,7 @@ def test_bucket_figures(bucket_runs):
 def test_accumulation_checks_hold(accumulation_runs, n):
     result = accumulation_runs[n]
     assert result.ok, result.report()
-    k = accumulation_lab.LAB.defaults["micro_steps"]
+    k = accumulation_lab.LAB.params["micro_steps"].default
     assert result.data["counts"] == {"sync_every": k, "no_sync": 1, "big_batch": 1}
     assert max(result.data["max_diff_vs_big"].values()) <= 1e-6
     assert ("grads_local_inside_no_sync" in result.checks) == (n > 1)

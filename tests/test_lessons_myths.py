@@ -1,5 +1,5 @@
-"""Chapter 8: the ``myths`` lab on real gloo ranks, its figures and quiz, and its checks failing
-when the recorded data is tampered with. Also the chapter 9 self-check box (``labs.checklist``).
+"""Chapter 11: the ``myths`` lab on real gloo ranks, its figures and quiz, and its checks failing
+when the recorded data is tampered with. Also the chapter 12 self-check box (``labs.checklist``).
 
 The lab runs once per world size (module fixture); the failure tests change copies of the
 recorded rank data and call ``summarize`` again, so a claim that stops holding is caught.
@@ -17,7 +17,7 @@ from labs.errors import LabConfigError
 from labs.lessons import myths as myths_lab
 from labs.viz import myths as figures
 
-from conftest import assert_only_these_fail, has_hangul
+from conftest import assert_only_these_fail, has_hangul, summarize_again
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -81,11 +81,11 @@ def test_process_layout(runs, n):
 
 
 def test_parts_run_alone():
-    result = labs.run("myths", nproc=2, parts="drift", steps=5)
+    result = labs.run("myths", nproc=2, parts=("drift",), steps=5)
     assert result.ok, result.report()
     assert result.data["parts"] == ["drift"]
     assert all(not name.startswith(("ddp_full", "fsdp", "dataparallel")) for name in result.checks)
-    assert "sharding" not in result.ranks[0] and "dataparallel" not in result.ranks[0]
+    assert result.ranks[0]["sharding"] is None and result.ranks[0]["dataparallel"] is None
 
 
 @pytest.mark.parametrize("parts", ["", "drift memory"])
@@ -104,7 +104,7 @@ def test_sharding_checks_fail_when_a_rank_holds_less(runs):
 
 
 def test_fsdp_checks_fail_when_shards_overlap(runs):
-    def tamper(ranks):  # 랭크 0이 모델 전부를 가진 척: 조각의 합이 모델보다 크고, 1/N도 아니다
+    def tamper(ranks):  # 랭크 0이 모델 전부를 가진 척: 샤드의 합이 모델보다 크고, 1/N도 아니다
         shard = ranks[0]["sharding"]["fsdp"]
         shard["params"]["numel"] = shard["grads"]["numel"] = ranks[0]["sharding"]["n_params"]
 
@@ -158,7 +158,7 @@ def test_gpu_dataparallel_checks_are_made_and_can_fail(runs):
 
     ranks = copy.deepcopy(runs[3].ranks)
     as_two_gpus(ranks, 3)
-    ok = myths_lab.summarize(ranks, "nccl", {**myths_lab.LAB.defaults, **SHORT})
+    ok = summarize_again(myths_lab, ranks, "nccl", **SHORT)
     assert ok.checks["dataparallel_replicates_every_step"].ok and ok.checks["dataparallel_threads"].ok
     assert "dataparallel_cpu_calls_module" not in ok.checks and ok.data["dataparallel"]["dataparallel_measured"]
     assert_only_these_fail(myths_lab, runs[3], lambda r: as_two_gpus(r, 1), {"dataparallel_replicates_every_step"}, **SHORT)
@@ -173,6 +173,18 @@ def test_figures_build_from_a_run(runs):
     drift = figures.drift_figure(result.data["drift"])
     assert len(drift.data) == 3 + 4
     assert drift.frames and drift.frames[-1].name == str(SHORT["steps"])
+
+
+def test_tables_show_the_measured_values(runs):
+    result = runs[3]
+    held = figures.held_table(result).data
+    assert f"{result.data['sharding']['n_params']:,}" in held and held.count("<tr>") == 1 + 3
+    drift = figures.drift_table(result).data
+    assert f"{result.data['drift']['ddp_final_loss']:.4f}" in drift
+    processes = figures.process_table(result).data
+    assert all(str(p["pid"]) in processes for p in result.data["dataparallel"]["processes"])
+    checks = figures.checks_table(result, ["ddp_drift_zero"], "확인").data
+    assert result.checks["ddp_drift_zero"].criterion() in checks  # 기준은 확인의 종류대로 적는다
 
 
 def test_fingerprint_grid_marks_differences():
@@ -195,18 +207,23 @@ def test_myth_quiz_quotes_measured_values(runs):
     update = types.SimpleNamespace(world_size=4, data={"spread": {"sgd": [0.0] * 5, "adam": [0.0] * 5}})
     evidence = figures.myth_evidence(runs[4], forward, update)
     questions = figures.myth_questions(evidence)
-    assert [q.id for q in questions] == ["ch8-myth-sharding", "ch8-myth-forward", "ch8-myth-different-models",
-                                         "ch8-myth-no-sync", "ch8-myth-dataparallel"]
+    by_id = {q.id.removeprefix("ch11-myth-"): q for q in questions}
+    myths = ["sharding", "forward", "different-models", "no-sync", "dataparallel"]
+    assert [k for k in by_id if k in myths] == myths  # the chapter's five misconceptions, in its order
+    answers = {k: next(c.text for c in q.choices if c.correct) for k, q in by_id.items()}
+    assert {k for k, a in answers.items() if a == "오해다"} == set(myths)
+    # "always answer 오해" must not win: the true statements are close to half of the quiz
+    assert 0.4 <= sum(a == "사실이다" for a in answers.values()) / len(answers) <= 0.6
     for q in questions:
-        assert [c.correct for c in q.choices] == [False, True] and has_hangul(q.explanation)
-    assert f"{evidence['n_params']:,}" in questions[0].choices[1].why
-    assert f"{evidence['drift_final']:.3f}" in questions[3].choices[1].why
+        assert sum(c.correct for c in q.choices) == 1 and has_hangul(q.explanation)
+    assert f"{evidence['n_params']:,}" in by_id["sharding"].choices[1].why
+    assert f"{evidence['drift_final']:.3f}" in by_id["no-sync"].choices[1].why
     assert evidence["forward_with_comm"] == 1 and evidence["ddp_processes"] == 4
     html = figures.myth_quiz(evidence)
-    assert html.count('class="ddp-quiz-q"') == 5 and html.count('data-correct="1"') == 5
+    assert html.count('class="ddp-quiz-q"') == len(questions) and html.count('data-correct="1"') == len(questions)
 
 
-# ----------------------------------------------------------------------------- 9장 자기 점검 상자
+# ----------------------------------------------------------------------------- 12장 자기 점검 상자
 
 def test_checklist_box_html():
     html = checklist.to_html("dp-idea", "answer-dp-idea")

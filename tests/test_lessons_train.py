@@ -17,15 +17,20 @@ from pathlib import Path
 
 import pytest
 
-import labs
-from labs.lessons.train import compare_runs, summarize
+import torch.distributed as dist
 
-from conftest import clean_env, has_hangul
+import labs
+import labs.train_script as script
+from labs.context import RankContext
+from labs.lessons import train as train_lab
+from labs.lessons.train import compare_runs
+
+from conftest import clean_env, has_hangul, summarize_again
 
 pytestmark = pytest.mark.timeout(240)
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULTS = labs.get_lab("train").params({}, 1)
+DEFAULTS = labs.get_lab("train").resolve_params({}, 1)
 
 
 @pytest.fixture(scope="module")
@@ -95,30 +100,59 @@ def test_resume_is_bitwise_at_two_ranks(runs):
 
 def test_tampered_records_fail_their_checks(runs):
     full = runs[4]["full"]
-    params = {**DEFAULTS}
-
     ranks = copy.deepcopy(full.ranks)
     ranks[0]["params"][0] += 1e-3  # DDP 결과가 기준 학습과 어긋난 것처럼
-    assert not summarize(ranks, "gloo", params).checks["ddp_equals_single_process"].ok
+    assert not summarize_again(train_lab, ranks, "gloo").checks["ddp_equals_single_process"].ok
 
     ranks = copy.deepcopy(full.ranks)
     ranks[1]["fingerprint"] = "000000000000"
-    assert not summarize(ranks, "gloo", params).checks["replicas_identical_at_end"].ok
+    assert not summarize_again(train_lab, ranks, "gloo").checks["replicas_identical_at_end"].ok
 
     ranks = copy.deepcopy(full.ranks)
     for epoch in ranks[2]["orders"]:  # set_epoch를 잊은 것처럼: 모든 에폭이 에폭 1의 순서
         ranks[2]["orders"][epoch] = list(ranks[2]["orders"][1])
-    result = summarize(ranks, "gloo", params)
+    result = summarize_again(train_lab, ranks, "gloo")
     assert not result.checks["set_epoch_reshuffles"].ok
     assert not result.checks["reference_same_samples"].ok
 
     ranks = copy.deepcopy(full.ranks)
     ranks[3]["history"][-1]["loss"] += 0.5  # 랭크마다 자기 손실만 찍은 것처럼
-    assert not summarize(ranks, "gloo", params).checks["logged_loss_is_global"].ok
+    assert not summarize_again(train_lab, ranks, "gloo").checks["logged_loss_is_global"].ok
 
     ranks = copy.deepcopy(full.ranks)
     ranks[0]["reference"]["history"][2]["loss"] += 1e-3
-    assert not summarize(ranks, "gloo", params).checks["loss_curves_agree"].ok
+    assert not summarize_again(train_lab, ranks, "gloo").checks["loss_curves_agree"].ok
+
+
+def test_phase_table_counts_the_chapter_run(runs):
+    phases = runs[4]["full"].data["phases"]
+    assert phases["construct"].get("broadcast", 0) >= 1  # 랭크 0의 파라미터를 나눠 준다
+    assert [s.get("all_reduce") for s in phases["steps"]] == [1, 1, 1]  # 작은 모델: 버킷 하나
+    assert [s.get("broadcast", 0) > 0 for s in phases["steps"]] == [False, True, False]
+    assert phases["evaluate"] == {"all_reduce": 1} and phases["log"] == {"all_reduce": 1}
+    assert phases["checkpoint"] == {"barrier": 1}
+    resumed = runs[4]["resumed"]  # 체크포인트를 쓰며 남은 에폭만 학습한 실행도 단계별 합과 같다
+    assert resumed.checks["phases_explain_whole_run"].ok and resumed.data["epochs_trained"] == 4
+
+
+def test_hidden_collective_in_the_loop_fails_the_phase_check(monkeypatch):
+    """A broken script: a barrier hidden in the per-epoch log line (not in any counted phase).
+
+    The training runs in this process as a process group of one (the phase counts see gloo's
+    collectives there too); the same records summarize to a pass without the hidden barrier."""
+    ctx = RankContext(0, 1, 0, "gloo", script.torch.device("cpu"))
+    params = labs.get_lab("train").resolve_params({"epochs": 2}, 1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        honest = train_lab.rank_fn(ctx, **params)
+        monkeypatch.setattr(script, "log", lambda *args: dist.barrier())
+        broken = train_lab.rank_fn(ctx, **params)
+    finally:
+        dist.destroy_process_group()
+    assert summarize_again(train_lab, [honest], "gloo", epochs=2).checks["phases_explain_whole_run"].ok
+    check = summarize_again(train_lab, [broken], "gloo", epochs=2).checks["phases_explain_whole_run"]
+    assert not check.ok
+    assert check.value[0]["barrier"] == 2 and "barrier" not in check.expected[0]  # 에폭마다 하나씩 숨은 통신
 
 
 def test_bad_fault_epoch_is_refused_before_spawning():
@@ -138,18 +172,12 @@ def test_tampered_resume_fails_comparison(runs):
 
 # ----------------------------------------------------------------------------- the script itself
 
-def _result_line(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, stdout
-    return json.loads(lines[0][len("RESULT "):])
-
-
 def test_script_runs_as_one_process(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "3"], cwd=tmp_path,
                           env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "시작: 월드 크기 1" in proc.stdout
-    summary = _result_line(proc.stdout)
+    summary = script.read_result(proc.stdout)
     assert summary["world_size"] == 1 and summary["restarts"] == 0 and len(summary["history"]) == 3
 
 
@@ -165,7 +193,7 @@ def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.findall(r"재시작 횟수 (\d)", proc.stdout) == ["0", "1"]
     assert "InjectedFault" in proc.stderr
-    summary = _result_line(proc.stdout)
+    summary = script.read_result(proc.stdout)
     assert summary["restarts"] == 1 and summary["resumed_from"] == 2
     assert summary["fingerprint"] == runs[2]["full"].data["summary"]["fingerprint"]
 
@@ -174,7 +202,7 @@ def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
 
 # Every emphasized line of a literalinclude must still be one of the lines the text talks about.
 EXPECTED = {
-    "train": ("DDP(", "make_loader", "pin_memory", "set_epoch", "train_one_epoch"),
+    "train": ("make_ddp_model", "make_loader", "pin_memory", "set_epoch", "train_one_epoch"),
     "train_one_epoch": ("③", "④", "⑥", "cross_entropy", "backward", "step"),
     "init_distributed": ("RANK", "WORLD_SIZE", "set_device", "cuda", "init_process_group"),
     "global_mean": ("totals",),

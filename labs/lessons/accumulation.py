@@ -19,10 +19,11 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
                       wrap_ddp)
 from ..params import Float, Int, seed
+from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 
@@ -69,17 +70,13 @@ def rank_fn(ctx: RankContext, micro_steps: int, micro_batch: int, lr: float, see
     return {**ctx.describe(), **{v: run_variant(ctx, v, micro_batches, lr, seed) for v in VARIANTS}}
 
 
-def _max_diff(a: list[float], b: list[float]) -> float:
-    return float((torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)).abs().max())
-
-
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n, k = len(ranks), params["micro_steps"]
     tol = 1e-6
     counts = {v: sorted({r[v]["all_reduce"] for r in ranks}) for v in VARIANTS}
     saved = [r["sync_every"]["all_reduce"] - r["no_sync"]["all_reduce"] for r in ranks]
-    vs_big = {v: max(_max_diff(r[v]["params"], r["big_batch"]["params"]) for r in ranks) for v in VARIANTS[:2]}
-    across = max(_max_diff(r["no_sync"]["params"], ranks[0]["no_sync"]["params"]) for r in ranks)
+    vs_big = {v: max(max_abs_diff(r[v]["params"], r["big_batch"]["params"]) for r in ranks) for v in VARIANTS[:2]}
+    across = max(max_abs_diff(r["no_sync"]["params"], ranks[0]["no_sync"]["params"]) for r in ranks)
     checks = [
         check_close("no_sync_matches_big_batch", vs_big["no_sync"], 0.0, tol,
                     f"no_sync()로 K={k}개 마이크로배치를 누적한 뒤의 파라미터가 K배 큰 배치로 한 스텝 한 결과와 같다(최대 절대 차이)"),
@@ -112,4 +109,6 @@ LAB = Lab(
             "micro_batch": Int(4, min=1, max=1024, help="마이크로 스텝 하나의 랭크당 배치"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed()},
+    record_keys=DESCRIBE_KEYS | {"sync_every", "no_sync", "big_batch"},
+    data_keys=frozenset({"counts", "global_batch", "max_diff_vs_big", "tolerance"}),
 )

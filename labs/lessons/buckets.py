@@ -22,11 +22,11 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
-from ..result import Summary, check_equal, check_true
+from ..result import Summary, check_equal, check_true, not_applicable
 
 MIB = 1024 * 1024
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
@@ -174,6 +174,12 @@ def launched_before_backward_end(timeline: dict) -> bool:
     return first_launch < max(timeline["ready"])
 
 
+def launched_in_index_order(timeline: dict) -> bool:
+    """The buckets' All-Reduces were launched in bucket-index order 0, 1, 2, … (the reducer's
+    ``mark_bucket_ready`` launches a ready bucket only after every earlier one)."""
+    return [b["bucket"] for b in timeline["buckets"]] == list(range(len(timeline["buckets"])))
+
+
 def backward_waited(timeline: dict) -> bool:
     """``loss.backward()`` returned only after every bucket's All-Reduce had finished."""
     return all(b["done"] <= timeline["backward_returned"] for b in timeline["buckets"])
@@ -189,7 +195,8 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                      "per_iteration": run["all_reduce"], "broadcast": run["broadcast"],
                      "same_on_all_ranks": len(set(steady)) == 1,
                      "predicted": predicted_counts(param_bytes, run["ready_order"], run["cap"]),
-                     "rough": -(-sum(param_bytes) // bucket_limits(run["cap"])[1])})
+                     "rough": -(-sum(param_bytes) // bucket_limits(run["cap"])[1]),
+                     "limits": list(bucket_limits(run["cap"]))})
     numeric = sorted((float(row["cap"]), row["steady"]) for row in rows if row["cap"] != DEFAULT)
     multi = [(r["rank"], j) for r in ranks for j, run in enumerate(r["runs"]) if len(run["timeline"]["buckets"]) >= 2]
     overlapped = [launched_before_backward_end(ranks[rank]["runs"][j]["timeline"]) for rank, j in multi]
@@ -205,14 +212,22 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                     sorted({tuple(min(b, 1) for b in r["broadcast"]) for r in ranks[0]["runs"]}),
                     [tuple(int(it == 1) for it in range(params["iterations"]))],
                     "broadcast는 2번째 반복에만 있다: 랭크 0이 새 버킷 배정을 모든 랭크에 보낸다(반복별 유무)"),
-        check_equal("launched_before_backward_end", sum(overlapped) if multi else None,
-                    len(multi) if multi else None,
-                    "버킷이 2개 이상이면 첫 버킷의 All-Reduce가 첫 층의 그래디언트가 준비되기(역전파가 끝나기) 전에 시작됐다"
-                    "(랭크·cap 조합 수)"),
         check_equal("backward_waits_for_buckets",
                     sum(backward_waited(run["timeline"]) for r in ranks for run in r["runs"]), n * len(rows),
                     "loss.backward()는 모든 버킷의 All-Reduce가 끝난 뒤에 돌아왔다(랭크·cap 조합 수)"),
     ]
+    if multi:
+        checks.append(check_equal(
+            "launched_before_backward_end", sum(overlapped), len(multi),
+            "버킷이 2개 이상이면 첫 버킷의 All-Reduce가 첫 층의 그래디언트가 준비되기(역전파가 끝나기) 전에 시작됐다"
+            "(랭크·cap 조합 수)"))
+        checks.append(check_equal(
+            "launched_in_index_order", sum(launched_in_index_order(ranks[rank]["runs"][j]["timeline"]) for rank, j in multi),
+            len(multi), "버킷의 All-Reduce는 버킷 번호 순서(0, 1, 2, …)로 시작됐다(랭크·cap 조합 수)"))
+    else:
+        for name in ("launched_before_backward_end", "launched_in_index_order"):
+            checks.append(not_applicable(name, "고른 cap 중에 버킷이 2개 이상인 경우가 없어, 겹침과 버킷 순서를 잴 수 없다"
+                                               "(caps_mb에 모델 크기보다 작은 값을 넣으세요)"))
     if len(numeric) >= 2:
         counts = [c for _, c in numeric]
         checks.insert(2, check_true("count_decreases_with_cap", counts == sorted(counts, reverse=True) and counts[0] > counts[-1],
@@ -240,4 +255,6 @@ LAB = Lab(
             "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
             "iterations": Int(3, min=1, max=20, help="반복 수"),
             "seed": seed()},
+    record_keys=DESCRIBE_KEYS | {"n_params", "param_bytes", "param_layer", "runs"},
+    data_keys=frozenset({"rows", "total_bytes", "n_params", "first_bucket_bytes", "overlap_cases"}),
 )

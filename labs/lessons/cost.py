@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ..comms import CollectiveCounter, written_bytes
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
 from ..models import count_parameters, layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
@@ -656,8 +656,7 @@ LAB = Lab(
     default_nproc=2,
     validate=validate,
     chapter=8,
-    record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host",  # ctx.describe()
-                           "cpu_count", "threads", "memcpy", "allreduce", "timeline", "ring_error", "socket", "ddp"}),
+    record_keys=DESCRIBE_KEYS | {"cpu_count", "threads", "memcpy", "allreduce", "timeline", "ring_error", "socket", "ddp"},
     data_keys=frozenset({"rows", "fit", "ring_fit", "memcpy", "timeline", "ddp", "bus_factor", "pipelined_vs_library",
                          "pipeline_target", "pipeline_gate", "target", "segment_bytes", "socket", "device", "cpu_count",
                          "oversubscribed", "threads_per_rank"}),

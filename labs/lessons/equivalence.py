@@ -16,10 +16,11 @@ import copy
 
 import torch
 
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
 from ..models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Int, seed
+from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 
@@ -58,11 +59,11 @@ def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: in
         mine = slice(ctx.rank * b, (ctx.rank + 1) * b)
         mse_backward(local, xs, ys)  # 전역 배치 전체의 평균 손실
         mse_backward(ddp, xs[mine], ys[mine], scale)  # 내 몫의 평균 손실 L_i (DDP가 그래디언트를 평균)
-        grad_diffs.append(_max_abs_diff([p.grad for p in local.parameters()], [p.grad for p in ddp.parameters()]))
+        grad_diffs.append(max_abs_diff([p.grad for p in local.parameters()], [p.grad for p in ddp.parameters()]))
         for opt in (opt_local, opt_ddp):
             opt.step()
             opt.zero_grad()
-        diffs.append(_max_abs_diff(list(local.parameters()), list(ddp.module.parameters())))
+        diffs.append(max_abs_diff(list(local.parameters()), list(ddp.module.parameters())))
         perms.append(perm.tolist())
     return {
         **ctx.describe(),
@@ -74,10 +75,6 @@ def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: in
         "fingerprint_local": fingerprint(local),
         "fingerprint_ddp": fingerprint(ddp.module),
     }
-
-
-def _max_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max(float((p.detach() - q.detach()).abs().max()) for p, q in zip(a, b, strict=True))
 
 
 def allclose_tolerance(reference: torch.Tensor) -> float:
@@ -135,4 +132,6 @@ LAB = Lab(
             "seed": seed(),
             "grad_reduce": Choice("mean", GRAD_REDUCE, help="DDP가 그래디언트를 합친 뒤 평균(mean) 또는 합(sum)")},
     validate=validate,
+    record_keys=DESCRIBE_KEYS | {"param_diff", "grad_diff", "perms", "local_params", "ddp_params", "fingerprint_local", "fingerprint_ddp"},
+    data_keys=frozenset({"max_param_diff", "max_grad_diff", "param_diff_per_step", "per_rank_batch", "tolerance"}),
 )

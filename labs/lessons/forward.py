@@ -2,9 +2,13 @@
 
 Every rank computes its own loss ``L_i`` on its own mini-batch. Around every forward and every
 backward a :class:`~labs.comms.CollectiveCounter` records the collectives the process group ran,
-for three models: a plain MLP, an MLP with BatchNorm whose buffers DDP syncs in forward (the
-default), and the same with ``forward_sync_buffers=False``. On CUDA a SyncBatchNorm model is
-measured too; on CPU DDP refuses it, and the lab records that refusal.
+for four models: a plain MLP, the same plus a layer it never uses wrapped with
+``find_unused_parameters=True``, an MLP with
+BatchNorm whose buffers DDP syncs in forward (the default), and the same with
+``forward_sync_buffers=False``. A wide 3 MiB model shows that with the default arguments the
+first backward puts every gradient in one bucket (one all_reduce) although the model is split
+into several buckets once DDP rebuilds them. On CUDA a SyncBatchNorm model is measured too; on
+CPU DDP refuses it, and the lab records that refusal.
 """
 
 from __future__ import annotations
@@ -15,19 +19,34 @@ import torch
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
+from ..primitives import make_optimizer
 from ..registry import Lab
 from ..result import Check, Summary, check_at_least, check_close, check_equal, check_true
+
+class WithSpareLayer(nn.Module):
+    """The plain MLP plus a layer its forward never uses: the case ``find_unused_parameters`` is for."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = tiny_mlp()
+        self.spare = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
 
 # 변형 이름 → (모델을 만드는 함수, DDP 인자)
 VARIANTS = {
     "plain": (tiny_mlp, {}),
+    "plain_unused": (WithSpareLayer, {"find_unused_parameters": True}),
     "bn_sync": (bn_mlp, {"forward_sync_buffers": True}),
     "bn_nosync": (bn_mlp, {"forward_sync_buffers": False}),
 }
-VARIANT_LABELS = {"plain": "일반 MLP", "bn_sync": "BatchNorm · 버퍼 동기화 켬(기본)",
+VARIANT_LABELS = {"plain": "일반 MLP", "plain_unused": "안 쓰는 층이 있는 MLP · find_unused_parameters=True",
+                  "bn_sync": "BatchNorm · 버퍼 동기화 켬(기본)",
                   "bn_nosync": "BatchNorm · forward_sync_buffers=False", "syncbn": "SyncBatchNorm (GPU 전용)"}
 
 
@@ -47,7 +66,7 @@ def train_variant(ctx: RankContext, model: nn.Module, data: tuple, per_rank_batc
     if bn is not None:  # 랭크마다 다른 버퍼로 시작: DDP 생성자의 초기 동기화가 보이도록
         bn.running_mean.fill_(ctx.rank + 1.0)
     ddp = wrap_ddp(model, ctx.device, **ddp_kwargs)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    optimizer = make_optimizer("sgd", ddp.parameters(), lr=lr, momentum=0.0)
     record = {"forward": [], "backward": [], "forward_items": [], "backward_items": [],
               "losses": [], "global_losses": [], "rebuilt": [], "bn_entry_mean": []}
     if bn is not None:  # BatchNorm에 들어가는 순간(= DDP의 버퍼 브로드캐스트 직후)의 running_mean
@@ -71,6 +90,24 @@ def train_variant(ctx: RankContext, model: nn.Module, data: tuple, per_rank_batc
             record[phase].append(counter.as_dict())
             record[f"{phase}_items"].append(counter.items)
     return record
+
+
+def wide_model(width: int = 256, layers: int = 12) -> nn.Module:
+    """12 bias-free 256×256 layers: 3 MiB of float32 gradients, more than DDP's 1 MiB first bucket."""
+    return nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)])
+
+
+def wide_backward_counts(ctx: RankContext, iterations: int, seed: int) -> list[int]:
+    """all_reduce count of every backward of the wide model under DDP's default arguments."""
+    torch.manual_seed(seed)
+    ddp = wrap_ddp(wide_model(), ctx.device)
+    counts = []
+    for _ in range(iterations):
+        loss = ddp(torch.randn(4, 256, device=ctx.device)).square().mean()
+        with CollectiveCounter() as bwd:
+            loss.backward()
+        counts.append(bwd.as_dict().get("all_reduce", 0))
+    return counts
 
 
 def syncbn_variant(ctx: RankContext, data: tuple, per_rank_batch: int, iterations: int, lr: float) -> dict:
@@ -108,6 +145,7 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, iterations: int, lr: float, s
     buffers = [{"name": n, "dtype": str(b.dtype).replace("torch.", ""), "numel": b.numel()}
                for n, b in bn_mlp().named_buffers()]
     return {**ctx.describe(), "variants": variants, "buffers": buffers, "n_params": count_parameters(tiny_mlp()),
+            "wide_backward": wide_backward_counts(ctx, iterations, seed),
             "legacy": legacy_init_sync(ctx), "syncbn_skipped": None if syncbn["measured"] else syncbn["reason"]}
 
 
@@ -166,6 +204,25 @@ def _backward_check(ranks: list[dict]) -> Check:
     fewest = min(c.get("all_reduce", 0) for r in ranks for v in r["variants"].values() for c in v["backward"])
     return check_at_least("every_backward_all_reduces", fewest, 1,
                  "모든 모델, 모든 랭크, 모든 반복의 역전파에 all_reduce가 1번 이상 있다(최솟값)")
+
+
+def _bucket_checks(ranks: list[dict]) -> list[Check]:
+    """Iteration 0 has one bucket (defaults), even for a model DDP later splits; find_unused adds one."""
+    defaults = [name for name, (_, kwargs) in VARIANTS.items() if not kwargs.get("find_unused_parameters")]
+    first = sorted({r["variants"][name]["backward"][0].get("all_reduce", 0) for r in ranks for name in defaults}
+                   | {r["wide_backward"][0] for r in ranks})
+    wide_later = min(c for r in ranks for c in r["wide_backward"][1:])
+    extra = sorted({u.get("all_reduce", 0) - p.get("all_reduce", 0) for r in ranks
+                    for p, u in zip(r["variants"]["plain"]["backward"], r["variants"]["plain_unused"]["backward"])})
+    return [
+        check_equal("first_backward_one_bucket", first, [1],
+                    "기본 인자에서 반복 0의 역전파는 모든 그래디언트를 버킷 하나로 All-Reduce한다"
+                    "(모든 모델·랭크의 반복 0 all_reduce 수, 3 MiB 모델 포함)"),
+        check_at_least("wide_split_after_rebuild", wide_later, 2,
+                       "같은 3 MiB 모델도 버킷을 재구성한 뒤(반복 1부터)에는 버킷 여러 개로 나뉜다(all_reduce 수 최솟값)"),
+        check_equal("find_unused_adds_all_reduce", extra, [1],
+                    "find_unused_parameters=True이면 역전파마다 all_reduce가 하나 더 있다(쓰이지 않은 파라미터 표시, 반복마다의 차이)"),
+    ]
 
 
 def _bn_checks(ranks: list[dict], n: int, iterations: int) -> list[Check]:
@@ -228,6 +285,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                     "집합 통신은 모든 랭크가 함께 하므로 랭크마다 센 횟수가 같다(다른 랭크 수)"),
         *_plain_checks(ranks, iterations),
         _backward_check(ranks),
+        *_bucket_checks(ranks),
         *_bn_checks(ranks, n, iterations),
         *_syncbn_checks(ranks, n),
     ]
@@ -241,6 +299,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                   for name, v in ranks[0]["variants"].items()},
         "buffers": ranks[0]["buffers"],
         "n_params": ranks[0]["n_params"],
+        "wide_backward": ranks[0]["wide_backward"],
         "legacy_running_mean0": [r["legacy"]["running_mean0"] for r in ranks],
         "syncbn_skipped": ranks[0]["syncbn_skipped"],
     }
@@ -258,4 +317,7 @@ LAB = Lab(
             "iterations": Int(4, min=2, max=50, help="반복 수 (버킷 재구성을 보려면 2 이상)"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed(), "data_seed": seed()},
+    record_keys=DESCRIBE_KEYS | {"variants", "buffers", "n_params", "wide_backward", "legacy", "syncbn_skipped"},
+    data_keys=frozenset({"losses", "mean_losses", "global_losses", "counts", "items", "buffers", "n_params",
+                         "wide_backward", "legacy_running_mean0", "syncbn_skipped"}),
 )

@@ -1,4 +1,4 @@
-"""Chapter 8 lab: three common misconceptions about DDP, each refuted on real ranks.
+"""Chapter 11 lab: three common misconceptions about DDP, each refuted on real ranks.
 
 One lab, three parts (``parts`` picks which ones run; the chapter reuses the ``forward`` and
 ``update`` labs for the other two misconceptions):
@@ -32,10 +32,11 @@ import torch.distributed as dist
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..models import (count_parameters, fingerprint, flat_parameters, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Choice, Float, Int, ListOf, seed
+from ..primitives import sync
 from ..registry import Lab
 from ..result import Check, Summary, check_at_most, check_close, check_equal, check_true
 
@@ -170,22 +171,17 @@ def where_forward_runs(module: nn.Module) -> list:
     return seen
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed_steps(model: nn.Module, batches, device: torch.device, lr: float) -> list[float]:
     """Seconds per SGD step (forward, backward, update) over ``batches``."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     times = []
     for x, y in batches:
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         mse_backward(model, x, y)
         optimizer.step()
         optimizer.zero_grad()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     return times
 
@@ -228,7 +224,7 @@ def dataparallel_part(ctx: RankContext, hidden: int, per_rank_batch: int, steps:
 
 def rank_fn(ctx: RankContext, parts: tuple[str, ...], hidden: int, per_rank_batch: int, steps: int,
             batches_per_epoch: int, lr: float, lr_adam: float, seed: int) -> dict:
-    record = ctx.describe()
+    record = {**ctx.describe(), **dict.fromkeys(PARTS)}  # 실행하지 않은 부분은 None
     for part in wanted_parts(parts):
         if part == "sharding":
             record[part] = sharding_part(ctx, hidden, per_rank_batch, lr_adam, seed)
@@ -368,7 +364,7 @@ def dataparallel_checks(ranks: list[dict], steps: int) -> tuple[list[Check], dic
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
-    checks, data = [], {"parts": wanted_parts(params["parts"])}
+    checks, data = [], {"parts": wanted_parts(params["parts"]), **dict.fromkeys(PARTS)}
     if "sharding" in data["parts"]:
         part_checks, data["sharding"] = sharding_checks(ranks)
         checks += part_checks
@@ -397,4 +393,6 @@ LAB = Lab(
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="SGD 학습률"),
             "lr_adam": Float(0.01, min=0.0, max=10.0, min_open=True, help="Adam 학습률"),
             "seed": seed()},
+    record_keys=DESCRIBE_KEYS | set(PARTS),
+    data_keys=frozenset({"parts", *PARTS}),
 )

@@ -14,20 +14,28 @@ the float32 tolerance with more (see :func:`resume_tolerance`).
 
 from __future__ import annotations
 
+import itertools
 import subprocess
+import tempfile
+from pathlib import Path
 
 import torch
 from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from ..context import RankContext
+from ..comms import CollectiveCounter
+from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
 from ..models import flat_parameters
 from ..params import Float, Int, seed, Text
+from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal
-from ..train_script import (DistEnv, TrainConfig, count_correct, load_digits_split, make_loader, make_model,
-                            make_optimizer, per_rank_batch, run_summary, train, train_one_epoch)
+from ..train_script import (CHECKPOINT_NAME, TrainConfig, count_correct, evaluate, global_mean, load_digits_split,
+                            make_ddp_model, make_loader, make_model, per_rank_batch, run_summary, save_checkpoint,
+                            sgd, train, train_one_epoch)
+
+COUNTED_STEPS = 3  # 학습 스텝 1, 2(버킷 재구성), 3(그 뒤의 모든 스텝과 같음)
 
 # PyTorch c10d의 DDP 테스트(test_c10d_common.py 등)가 DDP 모델과 기준 모델을 비교할 때 쓰는 허용 오차
 RTOL, ATOL = 1.3e-6, 5e-5
@@ -66,7 +74,7 @@ def train_reference(cfg: TrainConfig, world_size: int, train_set: TensorDataset,
                     device: torch.device) -> dict:
     """The same training in ONE process, without DDP: one step per global batch of N·(B/N) samples."""
     model = make_model(cfg, device)  # 같은 시드: DDP가 브로드캐스트한 랭크 0의 초기값과 같다
-    optimizer = make_optimizer(model, cfg)
+    optimizer = sgd(model, cfg)
     x_test, y_test = (t.to(device) for t in test_set.tensors)
     history, orders = [], []
     for epoch in range(cfg.epochs):
@@ -79,33 +87,79 @@ def train_reference(cfg: TrainConfig, world_size: int, train_set: TensorDataset,
     return {"history": history, "params": flat_parameters(model).tolist(), "orders": orders}
 
 
+def phase_collectives(ctx: RankContext, cfg: TrainConfig, train_set: TensorDataset,
+                      test_set: TensorDataset) -> dict:
+    """The collectives of each phase of the training script, one phase at a time, with the script's own
+    functions: building the DDP model, the first ``COUNTED_STEPS`` training steps, the evaluation, the
+    logged loss and the checkpoint (its barrier)."""
+    with CollectiveCounter() as construct:
+        model = make_ddp_model(cfg, ctx)
+    optimizer = sgd(model, cfg)
+    sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank)
+    sampler.set_epoch(0)
+    steps, loss_sum, count = [], torch.zeros(()), 0
+    for batch in itertools.islice(loader, COUNTED_STEPS):
+        with CollectiveCounter() as step:
+            step_loss, step_count = train_one_epoch(model, [batch], optimizer, ctx.device)
+        steps.append(step.as_dict())
+        loss_sum, count = loss_sum + step_loss.cpu(), count + step_count
+    with CollectiveCounter() as evaluation:
+        evaluate(model.module, test_set, ctx)
+    with CollectiveCounter() as logged:
+        global_mean(loss_sum.to(ctx.device), count, ctx.device)
+    with tempfile.TemporaryDirectory(prefix="ddp-ch6-phases-") as tmp, CollectiveCounter() as checkpoint:
+        save_checkpoint(Path(tmp) / CHECKPOINT_NAME, model, optimizer, 1, [], ctx)
+    return {"construct": construct.as_dict(), "steps": steps, "evaluate": evaluation.as_dict(),
+            "log": logged.as_dict(), "checkpoint": checkpoint.as_dict()}
+
+
 def rank_fn(ctx: RankContext, epochs: int, global_batch: int, lr: float, seed: int, ckpt_dir: str,
             fail_at_epoch: int) -> dict:
     torch.set_num_threads(1)  # 작은 행렬에는 스레드 여러 개가 오히려 느리다 (코어를 랭크끼리 나눠 쓴다)
     cfg = TrainConfig(epochs=epochs, global_batch=global_batch, lr=lr, seed=seed, ckpt_dir=ckpt_dir,
                       fail_at_epoch=fail_at_epoch)
-    env = DistEnv(ctx.rank, ctx.world_size, ctx.local_rank, ctx.device)
     train_set, test_set = load_digits_split()
     orders: dict[int, list[int]] = {}  # 실제 학습에서 DistributedSampler가 낸 순서 (set_epoch 호출)
 
     def record_order(epoch: int, sampler: DistributedSampler) -> None:
         orders[epoch + 1] = list(sampler)
 
-    model, history, start = train(cfg, env, train_set, test_set, on_epoch_end=record_order)
+    with CollectiveCounter() as whole_run:  # 학습 전체가 실제로 실행한 집합 통신
+        model, history, start = train(cfg, ctx, train_set, test_set, on_epoch_end=record_order)
+    steps_per_epoch = len(make_loader(train_set, cfg, ctx.world_size, ctx.rank)[1])
     record = {
         **ctx.describe(),
-        **run_summary(model, history, start, env),
+        **run_summary(model, history, start, ctx),
         "per_rank_batch": per_rank_batch(cfg, ctx.world_size),
         "orders": orders,
         "orders_without_set_epoch": epoch_orders(len(train_set), ctx.world_size, ctx.rank, seed, epochs, False),
+        "run_collectives": whole_run.as_dict(),
+        "steps_per_epoch": steps_per_epoch,
+        "phases": phase_collectives(ctx, cfg, train_set, test_set),
     }
-    if ctx.rank == 0:
-        record["reference"] = train_reference(cfg, ctx.world_size, train_set, test_set, ctx.device)
+    # 한 프로세스 기준 학습은 랭크 0만 (나머지 랭크는 None)
+    record["reference"] = train_reference(cfg, ctx.world_size, train_set, test_set, ctx.device) if ctx.rank == 0 else None
     return record
 
 
-def _max_abs(a: list[float], b: list[float]) -> float:
-    return float((torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)).abs().max())
+def _add(total: dict[str, int], counts: dict[str, int], times: int = 1) -> dict[str, int]:
+    out = dict(total)
+    for op, k in counts.items():
+        out[op] = out.get(op, 0) + k * times
+    return {op: k for op, k in sorted(out.items()) if k}
+
+
+def expected_run_collectives(phases: dict, epochs_trained: int, steps_per_epoch: int, checkpoints: bool) -> dict:
+    """What a whole run must issue if the phase counts tell everything: construction once, the counted
+    first steps, every later step like the last counted one, and per epoch evaluation, log (and checkpoint)."""
+    steps = phases["steps"]
+    total = _add({}, phases["construct"])
+    for counts in steps:
+        total = _add(total, counts)
+    total = _add(total, steps[-1], epochs_trained * steps_per_epoch - len(steps))
+    for phase in ("evaluate", "log") + (("checkpoint",) if checkpoints else ()):
+        total = _add(total, phases[phase], epochs_trained)
+    return total
 
 
 def _history_diff(a: list[dict], b: list[dict]) -> float:
@@ -122,8 +176,12 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     param_tol = ATOL + RTOL * max(abs(v) for v in ref["params"])
     final, ref_final = main["history"][-1], ref["history"][-1]
     mismatched = sum(ref["orders"][e - 1] != [r["orders"][e] for r in ranks] for e in observed)
+    trained = params["epochs"] - main["resumed_from"]
+    expected = [expected_run_collectives(r["phases"], trained, r["steps_per_epoch"], bool(params["ckpt_dir"]))
+                for r in ranks]
+    rebuild = [[min(1, s.get("broadcast", 0)) for s in r["phases"]["steps"]] for r in ranks]
     checks = [
-        check_close("ddp_equals_single_process", _max_abs(main["params"], ref["params"]), 0.0, param_tol,
+        check_close("ddp_equals_single_process", max_abs_diff(main["params"], ref["params"]), 0.0, param_tol,
                     f"N={n}개 랭크의 DDP 학습과 한 프로세스의 전역 배치 학습이 끝낸 파라미터의 최대 절대 차이 "
                     f"(허용 오차 = atol {ATOL:g} + rtol {RTOL:g} × 최대 |w|)"),
         check_close("loss_curves_agree", _history_diff(main["history"], ref["history"]), 0.0, LOSS_ATOL,
@@ -144,6 +202,11 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                     1, "set_epoch을 부르지 않으면 모든 에폭이 같은 순서를 쓴다(에폭별 순서의 종류 수)"),
         check_equal("reference_same_samples", mismatched, 0,
                     "한 프로세스 기준 학습의 전역 배치가 랭크들이 실제로 받은 샘플 그대로다(어긋난 에폭 수)"),
+        check_equal("phases_explain_whole_run", [r["run_collectives"] for r in ranks], expected,
+                    "학습 전체에서 센 집합 통신이 단계별로 센 통신(생성, 스텝, 평가, 로그, 체크포인트)의 합과 같다"
+                    "(랭크마다 종류별 횟수)"),
+        check_equal("rebuild_broadcast_in_second_step", rebuild, [[int(i == 1) for i in range(COUNTED_STEPS)]] * n,
+                    "학습 스텝 중 broadcast는 2번째 스텝에만 있다: 버킷 재구성(랭크마다 스텝별 유무)"),
     ]
     data = {
         "summary": {k: main[k] for k in ("world_size", "resumed_from", "fingerprint", "checksum", "params", "history")},
@@ -151,6 +214,10 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         "per_rank_batch": main["per_rank_batch"],
         "global_batch": n * main["per_rank_batch"],
         "param_tolerance": param_tol,
+        "phases": main["phases"],
+        "run_collectives": main["run_collectives"],
+        "steps_per_epoch": main["steps_per_epoch"],
+        "epochs_trained": trained,
     }
     return Summary(data, checks)
 
@@ -183,7 +250,7 @@ def compare_runs(resumed: dict, uninterrupted: dict, fail_at_epoch: int, backend
                     f"재개한 실행은 에폭 {fail_at_epoch} 중간의 고장 직전 체크포인트(끝난 에폭 수)에서 시작했다"),
         check_equal("same_world_size", n, uninterrupted["world_size"],
                     "두 실행의 랭크 수 N이 같다(다르면 데이터 순서가 달라진다)"),
-        check_close("same_final_parameters", _max_abs(resumed["params"], uninterrupted["params"]), 0.0, param_tol,
+        check_close("same_final_parameters", max_abs_diff(resumed["params"], uninterrupted["params"]), 0.0, param_tol,
                     f"재개한 실행과 끊기지 않은 실행의 최종 파라미터 최대 절대 차이: N={n}이면 {how}"),
         check_close("same_loss_history", _history_diff(resumed["history"], uninterrupted["history"]), 0.0, loss_tol,
                     "에폭별 손실 기록(체크포인트에 담겨 이어진 앞 에폭 포함)의 최대 차이"),
@@ -233,7 +300,12 @@ LAB = Lab(
             "global_batch": Int(96, min=1, max=1024, help="전역 배치 B (N으로 나누어떨어져야 함)"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed(),
-            "ckpt_dir": Text("", help="체크포인트 폴더 (비우면 임시 폴더)"),
+            "ckpt_dir": Text("", help="체크포인트 폴더 (비우면 저장하지 않음)"),
             "fail_at_epoch": Int(0, min=0, max=100, help="이 에폭 중간에 랭크 하나를 죽인다 (0이면 고장 없음)")},
     validate=validate,
+    record_keys=DESCRIBE_KEYS | {"resumed_from", "fingerprint", "checksum", "params", "history", "per_rank_batch",
+                                 "orders", "orders_without_set_epoch", "run_collectives", "steps_per_epoch",
+                                 "phases", "reference"},
+    data_keys=frozenset({"summary", "reference_history", "per_rank_batch", "global_batch", "param_tolerance",
+                         "phases", "run_collectives", "steps_per_epoch", "epochs_trained"}),
 )

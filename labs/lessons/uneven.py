@@ -22,7 +22,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Bool, Float, Int, seed
 from ..registry import Lab
@@ -195,4 +195,6 @@ LAB = Lab(
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed(),
             "join": Bool(True, help="Join 컨텍스트를 쓸지 (off면 멈춤을 보여 준다)")},
+    record_keys=DESCRIBE_KEYS | {"n", "max_diff", "pad_vs_full", "grad_scale", "join"},
+    data_keys=frozenset({"counts", "grad_scale", "iterations", "join_all_reduce", "max_diff", "pad_vs_full", "tolerance"}),
 )

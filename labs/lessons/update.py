@@ -4,7 +4,7 @@ Every rank trains the same DDP model on its own data for a few steps, once with 
 momentum) and once with Adam, and records after every step a fingerprint of its parameters,
 the parameters themselves and which collectives ran during ``backward()`` and during
 ``optimizer.step()``. A third run wraps every step in ``no_sync()``: the gradients are no
-longer averaged and the replicas drift apart (the preview of chapter 8).
+longer averaged and the replicas drift apart (the preview of chapter 11).
 """
 
 from __future__ import annotations
@@ -14,23 +14,16 @@ from contextlib import nullcontext
 import torch
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import DESCRIBE_KEYS, RankContext
 from ..models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Float, Int, seed
+from ..primitives import make_optimizer
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 
 # (이름, 옵티마이저, 그래디언트 동기화 여부)
 RUNS = (("sgd", "sgd", True), ("adam", "adam", True), ("no_sync", "sgd", False))
-
-
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}")
 
 
 def optimizer_state_fingerprint(optimizer: torch.optim.Optimizer) -> str:
@@ -139,4 +132,6 @@ LAB = Lab(
             "lr_sgd": Float(0.05, min=0.0, max=10.0, min_open=True, help="SGD 학습률"),
             "lr_adam": Float(0.01, min=0.0, max=10.0, min_open=True, help="Adam 학습률"),
             "seed": seed()},
+    record_keys=DESCRIBE_KEYS | {"sgd", "adam", "no_sync"},
+    data_keys=frozenset({"distinct_fingerprints", "spread"}),
 )

@@ -1,4 +1,4 @@
-"""Chapter 4 figures: the ring All-Reduce step by step (recorded), bytes per rank, and a cost calculator."""
+"""Chapter 4 figures and tables: the ring All-Reduce step by step (recorded), bytes per rank, results, and a cost calculator."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from ..lessons.allreduce import contributors
 from . import ANIMATE as _ANIMATE
-from . import rank_color
+from . import html_table, rank_color
 
 # 몇 개 랭크의 값이 더해졌는지: 연한 파랑(자기 값뿐) → 진한 파랑(N−1개) → 초록(N개 모두, 완성)
 _LIGHT, _DARK, _DONE = (232, 238, 246), (44, 74, 107), "#54A24B"
@@ -76,7 +76,7 @@ def _state_style(ranks: list[dict], index: int, per_chunk: int) -> tuple[dict, l
             text.append(_chunk_text(state["values"], c, per_chunk))
             font_colors.append(_text_color(count, n))
             names = ", ".join(map(str, who)) if n <= 9 else f"{count}개"
-            hover.append(f"랭크 {r['rank']} · 조각 {c} = {text[-1].replace('<br>', ', ')}<br>들어 있는 값: 랭크 {names}")
+            hover.append(f"랭크 {r['rank']} · 청크 {c} = {text[-1].replace('<br>', ', ')}<br>들어 있는 값: 랭크 {names}")
             shapes.append({"type": "rect", "xref": "x", "yref": "y", "layer": "below",
                            "x0": xs[i] - half_w, "x1": xs[i] + half_w, "y0": ys[i] - half_h, "y1": ys[i] + half_h,
                            "fillcolor": _count_color(count, n),
@@ -106,10 +106,10 @@ def _arrows(ranks: list[dict], index: int, per_chunk: int) -> list[dict]:
 
 def _step_title(state: dict, n: int) -> tuple[str, str]:
     if state["phase"] == "start":
-        return "시작", f"시작: 랭크마다 자기 텐서를 N={n}개 조각으로 나눈다 (숫자의 각 자리 = 그 랭크의 값)"
+        return "시작", f"시작: 랭크마다 자기 텐서를 N={n}개 청크로 나눈다 (숫자의 각 자리 = 그 랭크의 값)"
     s = state["step"] + 1
     if state["phase"] == "reduce-scatter":
-        return f"RS {s}", f"Reduce-Scatter {s}/{n - 1}: 조각 하나를 오른쪽 이웃에 보내고, 받은 조각에 내 값을 더한다"
+        return f"RS {s}", f"Reduce-Scatter {s}/{n - 1}: 청크 하나를 오른쪽 이웃에 보내고, 받은 청크에 내 값을 더한다"
     return f"AG {s}", f"All-Gather {s}/{n - 1}: 완성된 합을 오른쪽 이웃에 넘기면 이웃은 그대로 덮어쓴다"
 
 
@@ -130,7 +130,7 @@ def ring_steps_figure(ranks: list[dict], per_chunk: int) -> go.Figure:
                         text=[f"<b>랭크 {r}</b>" for r in range(n)], hoverinfo="skip", showlegend=False,
                         textfont={"color": [rank_color(r) for r in range(n)], "size": 14})
     chunk_ids = go.Scatter(x=xs, y=[y - half_h - 0.07 for y in ys], mode="text",
-                           text=[f"조각 {i % n}" for i in range(n * n)],
+                           text=[f"청크 {i % n}" for i in range(n * n)],
                            textfont={"size": 10, "color": "#5f6b7a"}, hoverinfo="skip", showlegend=False)
     legend = [go.Scatter(x=[None], y=[None], mode="markers", name=("N개 모두(완성)" if k == n else f"랭크 {k}개의 값"),
                          marker={"symbol": "square", "size": 14, "color": _count_color(k, n),
@@ -201,6 +201,64 @@ def bytes_figure(ranks: list[dict], ring_theory: float, size_bytes: int) -> go.F
         paper_bgcolor="rgba(0,0,0,0)",
     )
     return fig
+
+
+IMPLEMENTATION_LABELS = {"library": "(1) dist.all_reduce", "naive": "(2) 랭크 0에 모으기", "ring": "(3) 링 (직접 구현)"}
+MB = 1e6
+
+
+def bytes_alt(result) -> str:
+    """The bytes figure's alt text, with the sizes of this run."""
+    n, size = result.world_size, result.data["size_bytes"]
+    return (f"랭크 {n}개가 보낸 바이트 막대그래프. 단순 방식은 랭크 0만 {result.ranks[0]['naive']['sent'] / MB:.3g} MB로 "
+            f"튀고 나머지는 {size / MB:.3g} MB, 링과 gloo는 모든 랭크가 이론값 2(N−1)/N·S = "
+            f"{result.data['ring_theory_bytes'] / MB:.3g} MB에 맞는다.")
+
+
+def gradient_table(result):
+    """Per rank: how far g_i, the mean of the g_i and their sum are from the global batch's gradient."""
+    return html_table(
+        ["랭크", "max |g_i − ∇L|", "max |(1/N)Σg_i − ∇L|", "‖Σg_i‖ / ‖∇L‖"],
+        [[r["rank"], f"{r['grad_local_vs_global']:.3e}", f"{r['grad_mean_vs_global']:.3e}",
+          f"{r['grad_sum_norm_ratio']:.6f}"] for r in result.ranks],
+        caption=(f"랭크별 그래디언트 비교 (N={result.world_size}, B/N={result.data['per_rank_batch']}, "
+                 f"그래디언트의 최대 크기 {result.ranks[0]['grad_global_max']:.3f})"))
+
+
+def implementations_table(result):
+    """The three implementations: agreement, error, rank 0's bytes and the median time."""
+    rank0 = result.ranks[0]
+    return html_table(
+        ["구현", "(1)과의 최대 차이", "정확한 평균과의 최대 오차", "랭크 0이 보낸 바이트", "랭크 0이 받은 바이트", "시간 (중앙값)"],
+        [[label, f"{max(r[impl]['max_diff_vs_library'] for r in result.ranks):.2e}",
+          f"{result.data['max_error'][impl]:.2e}",
+          f"{rank0[impl]['sent']:,}" if impl != "library" else "(C++ 안에서 보냄)",
+          f"{rank0[impl]['received']:,}" if impl != "library" else "—",
+          f"{result.data['seconds'][impl] * 1e3:.1f} ms"] for impl, label in IMPLEMENTATION_LABELS.items()],
+        caption=f"같은 텐서(S = {result.data['size_bytes']:,} 바이트)를 세 방법으로 평균한 결과 (N={result.world_size})")
+
+
+def bytes_table(result):
+    """Bytes each rank sent: counted by our sends, computed from chunk sizes, the formula, and the OS."""
+    theory = result.data["ring_theory_bytes"]
+    return html_table(
+        ["랭크", "링: 직접 센 값", "링: 청크 크기로 계산", "링: 2(N−1)/N·S", "gloo all_reduce: 운영체제가 센 값",
+         "단순 방식: 보냄 / 받음"],
+        [[r["rank"], f"{r['ring']['sent']:,}", f"{exact:,}", f"{theory:,.1f}",
+          f"{r['library']['os_written']:,}" if r["library"]["os_written"] is not None else "측정 불가",
+          f"{r['naive']['sent']:,} / {r['naive']['received']:,}"]
+         for r, exact in zip(result.ranks, result.data["ring_exact_bytes"])],
+        caption=f"랭크별로 보낸 바이트 (S = {result.data['size_bytes']:,} 바이트, N = {result.world_size})")
+
+
+def single_rank_table(result):
+    """N = 1: what each implementation sent, what the OS saw, and the difference from the input."""
+    r = result.ranks[0]
+    return html_table(
+        ["구현", "보낸 바이트 (직접 셈)", "소켓에 쓴 바이트 (운영체제)", "입력과의 최대 차이"],
+        [[label, r[impl]["sent"], r[impl]["os_written"], f"{result.data['max_error'][impl]:.1e}"]
+         for impl, label in IMPLEMENTATION_LABELS.items()],
+        caption="N = 1: 통신 없이 자기 텐서가 그대로 평균이다")
 
 
 def calculator_style(div_id: str) -> str:

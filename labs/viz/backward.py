@@ -1,4 +1,4 @@
-"""Chapter 3 figure: per-rank local gradients turning into one averaged gradient (recorded)."""
+"""Chapter 3 figure and tables: per-rank local gradients turning into one averaged gradient (recorded)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import torch
 
 from . import ANIMATE as _ANIMATE
-from . import rank_color
+from . import html_table, rank_color
 
 MEAN_COLOR = "#202124"
 
@@ -78,3 +78,44 @@ def gradient_allreduce_figure(ranks: list[dict], mean: list[float], n_show: int 
                   "steps": [{"label": name, "method": "animate", "args": [[name], _ANIMATE]} for name in names]}],
     )
     return fig
+
+
+# --- 3장: 표 ----------------------------------------------------------------------------------
+
+def _describe(counts: dict) -> str:
+    return ", ".join(f"{op} {k}번" for op, k in counts.items()) or "없음"
+
+
+def gradient_table(result, n_show: int = 2):
+    """Per rank: loss, gradient norms, and the components that differ most, local → after backward."""
+    cols = most_varied([r["local_grad"] for r in result.ranks], n_show)
+    labels = component_labels(result.ranks[0]["param_shapes"])
+    data = result.data
+    return html_table(
+        ["랭크", "손실 L_i", "‖g_i‖ (로컬)", "‖g‖ (backward 직후)"] + [f"{labels[c]}: 로컬 → 직후" for c in cols],
+        [[r["rank"], f"{r['loss']:.4f}", f"{data['local_norms'][i]:.4f}", f"{data['ddp_norms'][i]:.4f}"]
+         + [f"{r['local_grad'][c]:+.4f} → {r['ddp_grad'][c]:+.4f}" for c in cols]
+         for i, r in enumerate(result.ranks)],
+        caption=f"랭크별 로컬 그래디언트와 DDP 그래디언트 (N={result.world_size}, 실제 실행 기록)")
+
+
+def hook_table(result):
+    """The first weight's gradient as the hook saw it during backward, locally, after backward, and the mean."""
+    label = component_labels(result.ranks[0]["param_shapes"])[0]
+    return html_table(
+        ["랭크", f"{label}: 훅이 본 값", "로컬 g_i (no_sync)", "backward 직후", "평균 (1/N) Σ g_i"],
+        [[r["rank"], f"{r['hook_grad'][0]:+.7f}", f"{r['local_grad'][0]:+.7f}", f"{r['ddp_grad'][0]:+.7f}",
+          f"{result.data['mean'][0]:+.7f}"] for r in result.ranks],
+        caption="역전파 도중 훅이 본 그래디언트와 역전파가 끝난 뒤의 그래디언트 (첫 층 가중치의 한 성분)")
+
+
+def comm_table(result):
+    """The collectives counted in each phase (rank 0), with what the backward's all_reduce carried."""
+    phases = [("no_sync_backward", "no_sync() 안의 순전파 + loss.backward()"),
+              ("backward", "loss.backward() (DDP)"), ("step", "optimizer.step()")]
+    carried = ", ".join(f"{it['op']}({it['dtype']} {it['numel']}개)" for it in result.data["backward_items"])
+    return html_table(
+        ["구간", "실행된 집합 통신", "나른 데이터"],
+        [[label, _describe(result.data["comm"][key]), carried if key == "backward" else "—"]
+         for key, label in phases],
+        caption="구간별로 센 집합 통신 (랭크 0의 기록, 실제 실행)")

@@ -1,4 +1,4 @@
-"""Chapter 2 figures: collectives per phase and iteration, per-rank losses, BatchNorm buffers."""
+"""Chapter 2 figures and tables: collectives per phase and iteration, per-rank losses, BatchNorm buffers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..lessons.forward import VARIANT_LABELS
-from . import rank_color
+from . import html_table, rank_color
 
 PHASES = (("forward", "순전파"), ("backward", "역전파"))
 
@@ -108,3 +108,49 @@ def bn_buffer_figure(ranks: list[dict], channel: int = 0) -> go.Figure:
     fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 60, "b": 10},
                       legend={"orientation": "h", "y": -0.2}, paper_bgcolor="rgba(0,0,0,0)")
     return fig
+
+
+# --- 2장: 표 ----------------------------------------------------------------------------------
+
+def describe_items(items: list[dict]) -> str:
+    """``broadcast(int32 5개), ...`` for the collectives one phase ran, or 없음."""
+    return ", ".join(f"{it['op']}({it['dtype']} {it['numel']}개)" for it in items) or "없음"
+
+
+def loss_table(result):
+    """Each rank's loss per iteration, their mean and the loss of the whole global batch."""
+    data, n = result.data, result.world_size
+    return html_table(
+        ["반복"] + [f"랭크 {r} 손실 L_{r}" for r in range(n)] + ["평균 (1/N) Σ L_i", "전역 배치 B개의 손실 L"],
+        [[s] + [f"{row[s]:.6f}" for row in data["losses"]] + [f"{data['mean_losses'][s]:.6f}", f"{g:.6f}"]
+         for s, g in enumerate(data["global_losses"])],
+        caption=(f"랭크별 손실 L_i (일반 MLP, N={n}, 랭크마다 B/N={result.params['per_rank_batch']}개 샘플, "
+                 "실제 실행 기록)"))
+
+
+def iteration_table(result, variant: str = "plain"):
+    """Per iteration: rebuilt or not, and what the forward's and the backward's collectives carried."""
+    counts, items = result.data["counts"][variant], result.data["items"][variant]
+    return html_table(
+        ["반복", "버킷 재구성", "순전파의 집합 통신", "역전파의 집합 통신"],
+        [[i, "예" if rebuilt else "아니요", describe_items(items["forward"][i]), describe_items(items["backward"][i])]
+         for i, rebuilt in enumerate(counts["rebuilt"])],
+        caption=f"{VARIANT_LABELS[variant]}: 반복별 집합 통신과 나른 데이터 (랭크 0, 실제 실행 기록)")
+
+
+def buffers_table(result):
+    """The BatchNorm model's buffers: name, dtype, element count."""
+    return html_table(["버퍼", "dtype", "원소 수"],
+                      [[b["name"], b["dtype"], b["numel"]] for b in result.data["buffers"]],
+                      caption="BatchNorm이 있는 MLP의 버퍼 (실제 모델에서 읽은 값)")
+
+
+def timeline_alt(result) -> str:
+    """The timeline figure's alt text, with the plain model's counts of this run."""
+    plain = result.data["counts"]["plain"]
+    rebuilt = [i for i, flag in enumerate(plain["rebuilt"]) if flag]
+    forward = "; ".join(f"반복 {i}: {_cell_text(plain['forward'][i]).replace('<br>', ', ')}" for i in rebuilt)
+    backward = sorted({_cell_text(c).replace("<br>", ", ") for c in plain["backward"]})
+    return (f"모델 {len(result.data['counts'])}가지에 대해 순전파와 역전파의 반복별 집합 통신 수를 칸으로 나타낸 그림. "
+            f"일반 MLP의 순전파는 버킷을 재구성한 반복({forward})에만 통신이 있고, 역전파에는 반복마다 "
+            f"{' 또는 '.join(backward)}가 있다.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from . import WAITING_COLOR, rank_color
+from . import WAITING_COLOR, html_table, rank_color
 
 BACKWARD_COLOR = "#4C78A8"
 LAYER_COLORS = ("#4C78A8", "#9ECAE9")
@@ -256,3 +256,80 @@ def join_timeline_figure(ranks: list[dict]) -> go.Figure:
         xaxis={"title": {"text": "Join 시작부터의 시간 (ms)"}, "rangemode": "tozero"},
         yaxis={"autorange": "reversed"},
     )
+
+
+def _limits_text(limits: list[int]) -> str:
+    first, rest = limits
+    mib = 2 ** 20
+    return f"{rest / mib:.3g} MiB" if first == rest else f"첫 버킷 {first / mib:.3g} MiB, 나머지 {rest / mib:.3g} MiB"
+
+
+def bucket_table(result):
+    """Per cap: the limits, a rough estimate, the rule's prediction and the measured All-Reduce counts."""
+    return html_table(
+        ["bucket_cap_mb", "버킷 상한", "어림 ⌈전체/cap⌉", "규칙으로 예측", "측정: 1번째 반복", "측정: 2번째 이후 반복",
+         "broadcast (반복별)"],
+        [[cap_label(row["cap"]), _limits_text(row["limits"]), row["rough"], row["predicted"], row["first_iteration"],
+          " · ".join(str(c) for c in row["per_iteration"][1:]), " · ".join(str(b) for b in row["broadcast"])]
+         for row in result.data["rows"]],
+        caption="역전파 한 번의 All-Reduce 횟수: 예측과 실제 측정 (랭크 0, 모든 랭크가 같은 값)")
+
+
+ACCUMULATION_LABELS = {"sync_every": "① 매번 동기화", "no_sync": "② no_sync() 누적", "big_batch": "③ K배 큰 배치 한 번"}
+
+
+def accumulation_table(result):
+    """All-Reduce count and parameter difference to the big batch, for the three ways of one step."""
+    d = result.data
+    k = result.params["micro_steps"]
+    return html_table(
+        ["방법", "All-Reduce 횟수", "③과의 파라미터 최대 차이"],
+        [[label, d["counts"][v], f"{d['max_diff_vs_big'].get(v, 0.0):.1e}"] for v, label in ACCUMULATION_LABELS.items()],
+        caption=f"K={k}개 마이크로배치, N={result.world_size}: 한 스텝 뒤의 비교 (허용 오차 {d['tolerance']:g})")
+
+
+def uneven_table(result):
+    """Each way of averaging uneven ranks against the gradient it should equal."""
+    u = result.data
+    targets = {"naive": "전역 배치", "weighted": "전역 배치", "drop_last": "남긴 샘플 전체", "pad": "채운 배치(중복 포함)"}
+    return html_table(
+        ["방법", "비교 대상", "DDP 그래디언트와의 최대 절대 차이"],
+        [[FIX_LABELS[k], target, f"{u['max_diff'][k]:.2e}"] for k, target in targets.items()]
+        + [[FIX_LABELS["pad"], "원래 전역 배치", f"{u['pad_vs_full']:.2e}"]],
+        caption=f"랭크별 샘플 수 n_i = {u['counts']}, 그래디언트 성분의 최대 크기 {u['grad_scale']:.2f}, "
+                f"허용 오차 {u['tolerance']:g}")
+
+
+def join_table(result):
+    """What each rank did inside ``Join``: its own iterations, the All-Reduces it joined, when it left."""
+    return html_table(
+        ["랭크", "자기 배치로 한 반복", "Join 안에서 참여한 All-Reduce", "Join을 빠져나온 시각 (ms)", "끝난 뒤 파라미터 지문"],
+        [[r["rank"], r["join"]["iterations"], r["join"]["all_reduce"], f"{r['join']['left_join'] * 1000:.1f}",
+          r["join"]["fingerprint"]] for r in result.ranks],
+        caption="Join 안에서의 학습 기록 (실제 실행)")
+
+
+def rebuild_items_text(forward) -> str:
+    """What the bucket-rebuild broadcast carried in chapter 2's ``forward`` lab (plain MLP, rank 0)."""
+    counts = forward.data["counts"]["plain"]
+    iteration = counts["rebuilt"].index(True)
+    items = forward.data["items"]["plain"]["forward"][iteration]
+    carried = ", ".join(f"{it['op']}({it['dtype']} {it['numel']}개)" for it in items) or "없음"
+    return f"2장 실습 forward의 일반 MLP: 버킷을 다시 짠 반복 {iteration}의 순전파에서 나른 것 = {carried}"
+
+
+def legacy_buffer_table(forward):
+    """running_mean[0] per rank after wrapping with ``forward_sync_buffers=False`` vs ``broadcast_buffers=False``."""
+    return html_table(
+        ["랭크", "감싸기 전", "forward_sync_buffers=False로 감싼 뒤", "broadcast_buffers=False로 감싼 뒤"],
+        [[r["rank"], f"{r['rank'] + 1.0:.1f}", f"{r['variants']['bn_nosync']['bn_entry_mean'][0][0]:.1f}",
+          f"{r['legacy']['running_mean0']:.1f}"] for r in forward.ranks],
+        caption="BatchNorm의 running_mean[0]: DDP 생성자의 초기 동기화가 버퍼를 맞추는가 (2장 실습 forward, 실제 실행 기록)")
+
+
+def bucket_count_alt(rows: list[dict]) -> str:
+    """The bucket-count figure's alt text, with the measured counts."""
+    steady = ", ".join(f"{cap_label(row['cap'])} {row['steady']}번" for row in rows)
+    first = sorted({row["first_iteration"] for row in rows})
+    return (f"bucket_cap_mb 값별 역전파 한 번의 All-Reduce 횟수 막대그래프. 첫 반복은 {'·'.join(map(str, first))}번이고, "
+            f"2번째 반복부터 {steady}으로 검은 예측선과 비교된다.")

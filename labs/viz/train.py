@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..result import LabResult
-from . import WAITING_COLOR, rank_color
+from . import WAITING_COLOR, html_table, rank_color
 
 _REFERENCE_COLOR = "#222222"
 # 로그 눈금의 작은 숫자(2, 3, …, 9)가 빽빽하지 않도록 눈금을 정해 둔다
@@ -109,3 +109,70 @@ def resume_figure(resumed: dict, uninterrupted: dict, fail_at_epoch: int) -> go.
                       legend={"orientation": "h", "x": 0.0, "y": -0.2, "xanchor": "left"},
                       paper_bgcolor="rgba(0,0,0,0)")
     return fig
+
+
+def ops_text(counts: dict[str, int]) -> str:
+    """``{"all_reduce": 1, "broadcast": 2}`` -> ``"all_reduce 1번, broadcast 2번"`` (or ``"없음"``)."""
+    return ", ".join(f"{op} {k}번" for op, k in sorted(counts.items()) if k) or "없음"
+
+
+def phase_rows(result: LabResult) -> list[list[str]]:
+    """(단계, 코드, 언제, 센 집합 통신) for each phase of the training script, from rank 0's counts."""
+    p = result.data["phases"]
+    steps = p["steps"]
+    return [
+        ["① 모델 복제", "make_ddp_model: DDP(model, ...)", "한 번", ops_text(p["construct"])],
+        ["③–⑥ 학습 스텝 1", "train_one_epoch: 순전파, loss.backward(), optimizer.step()", "첫 스텝", ops_text(steps[0])],
+        ["③–⑥ 학습 스텝 2", "같은 코드 (DDP가 버킷을 다시 짠다)", "둘째 스텝", ops_text(steps[1])],
+        [f"③–⑥ 학습 스텝 {len(steps)} 이후", "같은 코드", "스텝마다", ops_text(steps[-1])],
+        ["평가", "evaluate: 맞힌 수와 채점한 수", "에폭마다", ops_text(p["evaluate"])],
+        ["로그 손실", "global_mean: 손실의 합과 개수", "에폭마다", ops_text(p["log"])],
+        ["체크포인트", "save_checkpoint: 랭크 0이 쓰고 dist.barrier()", "에폭마다 (ckpt_dir를 주면)",
+         ops_text(p["checkpoint"])],
+    ]
+
+
+def phase_table(result: LabResult):
+    """The collectives of each phase of the training script, counted on real ranks."""
+    return html_table(["단계", "코드", "언제", "집합 통신 (랭크 0, 프로파일러로 셈)"], phase_rows(result),
+                      caption=f"학습 스크립트의 단계별 집합 통신 (N={result.world_size}, {result.backend})")
+
+
+def run_total_text(result: LabResult) -> str:
+    """One sentence: what the whole uninterrupted run issued, from rank 0's count."""
+    d = result.data
+    return (f"에폭 {d['epochs_trained']}개 × 스텝 {d['steps_per_epoch']}개를 학습한 실행 전체에서 랭크 0이 실행한 "
+            f"집합 통신: {ops_text(d['run_collectives'])}")
+
+
+def order_table(result: LabResult, k: int = 8):
+    """Rank 0's first ``k`` sample indices per epoch, with and without ``set_epoch``."""
+    rank0 = result.ranks[0]
+    n_train = len(rank0["orders"][1]) * result.world_size
+    return html_table(
+        ["에폭", f"set_epoch(epoch) 호출: 처음 {k}개", f"호출하지 않음: 처음 {k}개"],
+        [[e, rank0["orders"][e][:k], rank0["orders_without_set_epoch"][e - 1][:k]] for e in sorted(rank0["orders"])],
+        caption=f"랭크 0의 DistributedSampler가 에폭마다 낸 순서 (학습 데이터 {n_train}개, N={result.world_size})")
+
+
+def history_table(result: LabResult, lr: float):
+    """Per-epoch global loss and test accuracy: DDP against the one-process reference."""
+    n, batch = result.world_size, result.data["global_batch"]
+    return html_table(
+        ["에폭", f"DDP 손실 (N={n})", "한 프로세스 손실", "차이", "DDP 정확도", "한 프로세스 정확도"],
+        [[d["epoch"], f"{d['loss']:.7f}", f"{r['loss']:.7f}", f"{d['loss'] - r['loss']:+.1e}",
+          f"{d['correct']}/{d['total']}", f"{r['correct']}/{r['total']}"]
+         for d, r in zip(result.data["summary"]["history"], result.data["reference_history"])],
+        caption=f"에폭별 전역 평균 손실과 테스트 정확도 (B={batch}, 모멘텀 SGD, 학습률 {lr:g})")
+
+
+def resume_table(resumed: dict, uninterrupted: dict, fail_at_epoch: int):
+    """Per epoch: where the resumed run's record came from, and its loss against the uninterrupted run."""
+    done = resumed["resumed_from"]
+    return html_table(
+        ["에폭", "재개한 실행의 기록", "재개한 실행 손실", "끊기지 않은 실행 손실", "차이"],
+        [[a["epoch"], "첫 시도 (체크포인트에서 읽음)" if a["epoch"] <= done else "재시작 후 다시 학습",
+          f"{a['loss']:.9f}", f"{b['loss']:.9f}", f"{a['loss'] - b['loss']:+.1e}"]
+         for a, b in zip(resumed["history"], uninterrupted["history"])],
+        caption=f"에폭 {fail_at_epoch} 중간에 랭크 {resumed['world_size'] - 1}이 죽은 뒤 재개한 실행과 "
+                f"끊기지 않은 실행 (N={resumed['world_size']})")

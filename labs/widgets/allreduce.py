@@ -12,7 +12,7 @@ def ring_explorer(max_ranks: int = 8):
     import ipywidgets as widgets
 
     n = widgets.IntSlider(value=3, min=1, max=max_ranks, description="N (랭크)")
-    per_chunk = widgets.IntSlider(value=1, min=1, max=3, description="조각당 원소")
+    per_chunk = widgets.IntSlider(value=1, min=1, max=3, description="청크당 원소")
 
     def run_and_draw() -> list:
         result = run("allreduce", nproc=n.value, numel=10_007, repeats=1, demo_per_chunk=per_chunk.value)

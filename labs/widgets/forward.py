@@ -12,7 +12,7 @@ def collective_explorer(max_ranks: int = 4, max_iterations: int = 6):
     import ipywidgets as widgets
 
     n = widgets.IntSlider(value=2, min=1, max=max_ranks, description="N (랭크)")
-    iterations = widgets.IntSlider(value=4, min=1, max=max_iterations, description="반복 수")
+    iterations = widgets.IntSlider(value=4, min=2, max=max_iterations, description="반복 수")
 
     def run_and_draw() -> list:
         result = run("forward", nproc=n.value, iterations=iterations.value)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..launch import run
-from ..lessons.buckets import parse_caps
+from ..errors import LabConfigError
+from ..lessons.buckets import LAB
 from ..viz.internals import bucket_count_figure, overlap_timeline_figure
 from . import launch_panel
 
@@ -19,10 +20,10 @@ def bucket_explorer(max_ranks: int = 8):
 
     def run_and_draw() -> list:
         try:
-            parse_caps(caps.value)
-        except ValueError:
-            return [f"cap은 양수(MiB)나 default를 공백으로 구분해 적으세요. 받은 값: {caps.value!r}"]
-        result = run("buckets", nproc=n.value, caps_mb=caps.value, depth=depth.value)
+            caps_mb = LAB.params["caps_mb"].parse("caps_mb", caps.value)
+        except LabConfigError as err:
+            return [str(err)]
+        result = run("buckets", nproc=n.value, caps_mb=caps_mb, depth=depth.value)
         return [bucket_count_figure(result.data["rows"]), overlap_timeline_figure(result.ranks[0]), result]
 
     return launch_panel([n, depth, caps], run_and_draw)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..launch import run
-from ..viz.train import learning_curves_figure
+from ..viz.train import learning_curves_figure, phase_table
 from . import launch_panel
 
 
@@ -17,6 +17,6 @@ def training_explorer(max_ranks: int = 8):
 
     def run_and_draw() -> list:
         result = run("train", nproc=n.value, global_batch=batch.value, epochs=epochs.value)
-        return [learning_curves_figure(result), result]
+        return [learning_curves_figure(result), phase_table(result), result]
 
     return launch_panel([n, batch, epochs], run_and_draw, label="실제 랭크로 학습")

@@ -1,0 +1,94 @@
+"""The command lines for GPU nodes, several nodes and Slurm: one source for the docs and the tests.
+
+README.md and the appendix (``book/appendix_gpu.ipynb``) show exactly the strings these functions
+render with their defaults; ``tests/test_launchers.py`` runs the same functions with the
+placeholders filled in (``HEAD_NODE`` → 127.0.0.1 and a free port, 8 GPUs → 2 CPU ranks,
+the script folder → an absolute path) and checks that README.md contains the default strings.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+HEAD_NODE = "HEAD_NODE"      # placeholder: the host name of the first node
+PORT = 29500                 # the rendezvous port on HEAD_NODE
+GPUS_PER_NODE = 8
+SLURM_DIR = "labs/slurm"     # the sbatch scripts, relative to the repository root
+CPU_RANKS = 2                # ranks per node on a CPU partition (the scripts' default too)
+TRAIN_EPOCHS = 20            # train.sbatch's default
+GPU_CHECK = "bash labs/gpu_check.sh"
+
+
+def _lab_args(lab: str, params: dict | None) -> str:
+    args = "-m labs bench" if lab == "bench" else f"-m labs run {lab}"  # the benchmark has its own subcommand
+    for key, value in (params or {}).items():
+        args += f" --param {shlex.quote(f'{key}={value}')}"
+    return args
+
+
+def torchrun_one_node(lab: str = "replicas", nproc: int = GPUS_PER_NODE) -> str:
+    """One node: torchrun starts ``nproc`` ranks (one per GPU); each runs the lab in place."""
+    return f"torchrun --nproc_per_node={nproc} {_lab_args(lab, None)}"
+
+
+def torchrun_nodes(lab: str = "replicas", nnodes: int = 2, nproc: int = GPUS_PER_NODE,
+                   head: str = HEAD_NODE, port: int = PORT, params: dict | None = None) -> str:
+    """Several nodes: the same line on every node; the agents meet at ``head:port`` (c10d)."""
+    return (f"torchrun --nnodes={nnodes} --nproc_per_node={nproc} --rdzv-backend=c10d "
+            f"--rdzv-endpoint={head}:{port} {_lab_args(lab, params)}")
+
+
+def _sbatch(script: str, args: str, cpu_ranks: int | None, slurm_dir: str) -> str:
+    line = f"sbatch {slurm_dir}/{script} {args}"
+    if cpu_ranks is None:  # GPU partition: the scripts' #SBATCH defaults as they are
+        return line
+    # CPU partition: no GPUs, one node, NPROC_PER_NODE ranks with a core each
+    return (f"NPROC_PER_NODE={cpu_ranks} sbatch --nodes=1 --gpus-per-node=0 --cpus-per-task={cpu_ranks} "
+            f"{slurm_dir}/{script} {args}")
+
+
+def sbatch_lab(lab: str = "replicas", cpu_ranks: int | None = None, slurm_dir: str = SLURM_DIR) -> str:
+    """Slurm: ``ddp_lab.sbatch`` runs one lab; ``cpu_ranks`` switches to a CPU partition."""
+    return _sbatch("ddp_lab.sbatch", lab, cpu_ranks, slurm_dir)
+
+
+def sbatch_train(epochs: int = TRAIN_EPOCHS, cpu_ranks: int | None = None, slurm_dir: str = SLURM_DIR) -> str:
+    """Slurm: ``train.sbatch`` runs chapter 6's training script for ``epochs`` epochs."""
+    return _sbatch("train.sbatch", str(epochs), cpu_ranks, slurm_dir)
+
+
+def readme_commands() -> list[str]:
+    """The lines README.md must contain verbatim (its GPU-node section)."""
+    return [torchrun_one_node(), torchrun_nodes(), sbatch_lab(), sbatch_train(), sbatch_lab(cpu_ranks=CPU_RANKS),
+            GPU_CHECK]
+
+
+def lab_commands(nproc: int = GPUS_PER_NODE) -> list[tuple[str, str]]:
+    """(where in the book, one-node torchrun command) for every lab of ``python -m labs list``."""
+    from .registry import all_labs
+
+    return [(f"{lab.chapter}장" if lab.chapter < 99 else "부록", torchrun_one_node(lab.name, nproc))
+            for lab in all_labs().values()]
+
+
+def bash_block(*lines: str, comments: tuple[str, ...] = ()):
+    """The lines as a fenced bash block, displayed as Markdown in a notebook cell.
+
+    ``comments[i]`` (Korean) goes above ``lines[i]``; ``.data`` holds the Markdown text.
+    """
+    from IPython.display import Markdown
+
+    body = []
+    for i, line in enumerate(lines):
+        if i < len(comments) and comments[i]:
+            body.append(f"# {comments[i]}")
+        body.append(line)
+    return Markdown("```bash\n" + "\n".join(body) + "\n```")
+
+
+def sbatch_header(script: str = "ddp_lab.sbatch"):
+    """The ``#SBATCH`` lines of a script in ``labs/slurm`` (read from the file), as a bash block."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "slurm" / script
+    return bash_block(*(line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#SBATCH")))
