@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_bench(args) -> int:
     """``python -m labs bench``: one process group per N, tables (or one JSON object) at the end."""
-    from . import bench
+    from .lessons import cost as bench
 
     params = {**(bench.FULL if not args.quick else {}), **get_lab("bench").parse_params(args.param)}
     if launch.in_torchrun():

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from collections import Counter
 from contextlib import contextmanager
+from pathlib import Path
 
 from torch.autograd.profiler import profile
 
+PROC_IO = Path("/proc/self/io")
 BACKEND_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
 # C++ type names the profiler reports for a work item's input, as torch dtype names.
 _PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64", "int": "int32",
@@ -75,3 +77,12 @@ class CollectiveCounter:
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
+
+
+def written_bytes() -> int | None:
+    """Bytes this process has written to files and sockets so far (Linux), else ``None``."""
+    try:
+        fields = dict(line.split(": ") for line in PROC_IO.read_text().splitlines())
+        return int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return None

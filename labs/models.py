@@ -17,6 +17,14 @@ def bn_mlp(in_features: int = 4, hidden: int = 8, out_features: int = 2) -> nn.M
                          nn.Linear(hidden, out_features))
 
 
+def layer_stack(width: int, depth: int) -> nn.Sequential:
+    """``depth`` Linear(width, width) layers with ReLU between them (a few MiB of float32)."""
+    layers: list[nn.Module] = []
+    for i in range(depth):
+        layers += [nn.Linear(width, width)] + ([nn.ReLU()] if i < depth - 1 else [])
+    return nn.Sequential(*layers)
+
+
 def synthetic_regression(n_samples: int, in_features: int = 4, out_features: int = 2,
                          seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed, deterministic regression data set ``(X, Y)``: the same on every rank and every run."""

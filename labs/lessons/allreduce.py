@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from ..comms import written_bytes
 from ..context import DESCRIBE_KEYS, RankContext
 from ..primitives import max_abs_diff, sync
 from ..models import (fingerprint_tensors, flat_gradients, mse_backward, rank_batch, synthetic_regression,
@@ -27,35 +27,11 @@ from ..models import (fingerprint_tensors, flat_gradients, mse_backward, rank_ba
 from ..params import Int, seed
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
+from ..ring import P2P, ring_all_reduce_
 
 IMPLEMENTATIONS = ("library", "naive", "ring")
 RELATIVE_TOLERANCE = 1e-5  # float32 sums of N values in a different order agree to ~N·2⁻²⁴ relative
 DEMO_DIGIT_RANKS = 9  # up to 9 ranks the demo values put each rank in its own decimal digit
-PROC_IO = Path("/proc/self/io")
-
-
-class P2P:
-    """Point-to-point sends and receives that count the payload bytes they move."""
-
-    def __init__(self):
-        self.sent = 0
-        self.received = 0
-
-    def send(self, tensor: torch.Tensor, dst: int) -> None:
-        self.sent += tensor.numel() * tensor.element_size()
-        dist.send(tensor, dst)
-
-    def recv(self, tensor: torch.Tensor, src: int) -> None:
-        self.received += tensor.numel() * tensor.element_size()
-        dist.recv(tensor, src)
-
-    def exchange(self, outgoing: torch.Tensor, dst: int, incoming: torch.Tensor, src: int) -> None:
-        """Send to ``dst`` and receive from ``src`` at the same time (no deadlock in a ring)."""
-        self.sent += outgoing.numel() * outgoing.element_size()
-        self.received += incoming.numel() * incoming.element_size()
-        request = dist.isend(outgoing, dst)
-        dist.recv(incoming, src)
-        request.wait()
 
 
 def make_input(rank: int, numel: int, seed: int) -> torch.Tensor:
@@ -105,45 +81,10 @@ def naive_all_reduce_(buf: torch.Tensor, p2p: P2P) -> torch.Tensor:
     return buf
 
 
-def ring_all_reduce_(buf: torch.Tensor, p2p: P2P, on_step=None) -> torch.Tensor:
-    """Ring All-Reduce (sum, in place) from point-to-point messages.
-
-    The tensor is cut into N chunks (``tensor_split``: sizes may differ by one element). In
-    reduce-scatter each step sends one chunk to the right neighbour and adds the chunk coming
-    from the left; after N-1 steps rank r holds the full sum of chunk (r+1) mod N. In
-    all-gather each step passes a finished chunk on; after N-1 more steps every rank has all.
-    ``on_step(phase, step, sent_chunk, received_chunk)`` is called after every step.
-    """
-    rank, n = dist.get_rank(), dist.get_world_size()
-    chunks = buf.tensor_split(n)  # 뷰(view)다: 조각을 고치면 buf가 바뀐다
-    right, left = (rank + 1) % n, (rank - 1) % n
-    for step in range(n - 1):  # 1단계 Reduce-Scatter: 받은 조각에 내 값을 더해 다음 랭크로
-        send_i, recv_i = (rank - step) % n, (rank - step - 1) % n
-        incoming = torch.empty_like(chunks[recv_i])
-        p2p.exchange(chunks[send_i], right, incoming, left)
-        chunks[recv_i].add_(incoming)
-        if on_step:
-            on_step("reduce-scatter", step, send_i, recv_i)
-    for step in range(n - 1):  # 2단계 All-Gather: 완성된 조각을 그대로 전달
-        send_i, recv_i = (rank + 1 - step) % n, (rank - step) % n
-        p2p.exchange(chunks[send_i], right, chunks[recv_i], left)
-        if on_step:
-            on_step("all-gather", step, send_i, recv_i)
-    return buf
-
-
 ALL_REDUCE = {"library": library_all_reduce_, "naive": naive_all_reduce_, "ring": ring_all_reduce_}
 
 
 # --- 측정 ----------------------------------------------------------------------------------
-
-def written_bytes() -> int | None:
-    """Bytes this process has written to files and sockets so far (Linux), else ``None``."""
-    try:
-        fields = dict(line.split(": ") for line in PROC_IO.read_text().splitlines())
-        return int(fields["wchar"])
-    except (OSError, KeyError, ValueError):
-        return None
 
 
 def _measure(name: str, x: torch.Tensor, repeats: int, device: torch.device) -> dict:

@@ -23,21 +23,13 @@ from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
 
 from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
-from ..models import wrap_ddp
+from ..models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
 from ..result import Summary, check_equal, check_true, not_applicable
 
 MIB = 1024 * 1024
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
-
-
-def layer_stack(width: int, depth: int) -> nn.Sequential:
-    """``depth`` Linear(width, width) layers with ReLU between them (a few MiB of float32)."""
-    layers: list[nn.Module] = []
-    for i in range(depth):
-        layers += [nn.Linear(width, width)] + ([nn.ReLU()] if i < depth - 1 else [])
-    return nn.Sequential(*layers)
 
 
 def cap_labels(caps_mb: tuple) -> list[str]:

@@ -1,10 +1,677 @@
-"""Chapter 7+ lab: the communication benchmark, registered so the launcher can run it.
+"""Chapter 8 lab ``bench``: the same communication measurements on a laptop (gloo, CPU) and a GPU node (NCCL).
 
-The benchmark itself lives in :mod:`labs.bench` (``python -m labs bench`` prints it as
-nccl-tests-style tables); this module only puts its ``LAB`` in the catalog, so that
-``labs.run("bench", nproc=N)`` and ``torchrun ... -m labs run bench`` work like every lab.
+One run is one process group (``labs.run("bench", nproc=N)``, or one rank of torchrun); every
+rank measures, in that group,
+
+1. the physical ceiling of this machine: a large ``copy_`` (memory bandwidth), by rank 0 alone
+   and by all ranks at once;
+2. ``dist.all_reduce`` over message sizes, reported like NVIDIA's nccl-tests: time (median of
+   repeats after warm-up, each repeat the slowest rank's), ``algbw = S/t`` and
+   ``busbw = algbw · 2(N-1)/N``; interleaved with it, chapter 4's ring and the pipelined ring of
+   :mod:`labs.ring` on the same sizes, as paired busbw ratios; and one pipelined All-Reduce with
+   every segment's wait and add timed (with one segment per chunk, and with many);
+3. one training step of a fixed model (3 MiB of float32 parameters): no communication, a
+   manual ``all_reduce`` of every gradient after backward (one call per parameter), and DDP
+   with several ``bucket_cap_mb`` values.
+
+``python -m labs bench`` runs it for several N and prints the tables (or ``--json``).
 """
 
-from ..bench import LAB
+from __future__ import annotations
 
-__all__ = ["LAB"]
+import json
+import math
+import os
+import statistics
+import time
+from contextlib import nullcontext
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from ..comms import CollectiveCounter, written_bytes
+from ..context import DESCRIBE_KEYS, RankContext
+from ..errors import LabConfigError
+from ..models import count_parameters, layer_stack, wrap_ddp
+from ..params import Float, Int, ListOf, seed
+from ..primitives import sync
+from ..registry import Lab
+from ..ring import SEGMENT_BYTES, P2P, pipelined_ring_all_reduce_, ring_all_reduce_
+from ..timing import paired_ratio, slowest, time_calls
+from ..result import (Check, LabResult, Summary, check_at_least, check_at_most, check_close, check_equal, check_true,
+                      not_applicable)
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+SIZES_FULL = tuple(k << 10 for k in (4, 16, 64, 256, 1024, 4096, 16384, 65536))
+SIZES_QUICK = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+CAPS = (0.1, 1.0, 25.0, 100.0)
+FULL = {"sizes": SIZES_FULL, "repeats": 20, "warmup": 5, "memcpy_mb": 256, "ddp_steps": 20}
+QUICK = {"sizes": SIZES_QUICK, "repeats": 5, "warmup": 2, "memcpy_mb": 16, "ddp_steps": 8}
+IMPLS = ("library", "ring", "pipelined")  # 라이브러리, 4장의 링, 세그먼트로 파이프라이닝한 링
+PIPELINE_TARGET = 0.9  # 목표(gloo, CPU, 코어마다 랭크 하나): 16 MiB 이상에서 파이프라인 링 busbw ≥ 라이브러리의 0.9배
+TARGET_FROM = 16 << 20
+PIPELINE_GATE = 0.3  # 빌드 확인: 부하가 큰 이 기계에서 22번 잰 값(4M 이상, 0.54–1.03)의 최솟값보다 한참 아래 (README "성능")
+GATE_FROM = 4 << 20  # 세그먼트(1 MiB)가 청크마다 둘 이상이 되는 크기부터: 그보다 작으면 파이프라인이 없다
+SMALL = 16 << 10  # 이보다 작거나 같은 메시지는 지연 시간 α가 지배한다 (이 기계: N·α·BW ≈ 수백 KB)
+LARGE = 1 << 20  # 이보다 크거나 같은 메시지는 대역폭이 지배한다
+FIT_MIN_SIZES = 4  # 두 상수를 맞추고 R²를 믿으려면 크기가 적어도 이만큼 필요하다
+FIT_R2 = 0.5  # 부하 속 --quick 12번에서 잰 R²는 0.74–0.998: 그 아래로 한참 내려가면 모델이 측정을 설명하지 못한다
+CHECK_NUMEL = 100_003  # 정확성 확인용 크기: N으로도, 세그먼트 원소 수로도 나누어떨어지지 않는다
+CHECK_SEGMENT_BYTES = 4096  # 정확성 확인에서는 세그먼트를 작게 잘라 조각마다 여러 개가 되게 한다
+SLOW = 2.0  # 가장 빠른 반복의 2배보다 오래 걸린 반복: 무엇인가를 기다린 반복
+BUSY = 0.25  # 통신 없는 스텝의 반복 중 이보다 많은 몫이 SLOW를 넘으면, 작은 시간 차이는 잴 수 없다
+MIN_EXPOSED = 0.5  # 통신이 스텝에 더한 시간이 계산의 이 몫보다 작으면 누적의 이득은 잡음에 묻힌다
+NOISE = 0.1  # 부하 속 22번의 실행 중 위 전제를 만족한 실행에서 잰 비율의 최댓값은 1.01: 그만큼의 흔들림은 허용한다
+SIZES = ListOf(Int(4096, min=4, max=1 << 30), SIZES_QUICK, sizes=True,
+               help="All-Reduce할 메시지 크기(바이트, 4의 배수), 예: '4K 1M 64M'")
+
+
+def parse_sizes(value: str | tuple) -> list[int]:
+    """``"4K 1M 64M"`` (or a tuple of bytes) -> bytes, sorted, once each (K, M, G are powers of 1024)."""
+    return sorted(set(SIZES.parse("sizes", value) if isinstance(value, str) else value))
+
+
+def parse_caps(value: tuple) -> list[float]:
+    """bucket_cap_mb values (MiB), sorted, once each."""
+    return sorted(set(value))
+
+
+def validate(params: dict, world_size: int) -> None:
+    odd = [size for size in params["sizes"] if size % 4]
+    if odd:
+        raise LabConfigError(f"인자 sizes: 각 크기는 4바이트(float32)의 배수여야 합니다. 받은 값: {odd}. 예: sizes='4K 1M 64M'")
+
+
+def bus_factor(world_size: int) -> float:
+    """busbw / algbw for All-Reduce: each rank sends and receives 2(N-1)/N · S (nccl-tests)."""
+    return 2 * (world_size - 1) / world_size
+
+
+def size_label(nbytes: int) -> str:
+    """4096 -> "4K", 1048576 -> "1M" (the way the sizes are given)."""
+    for unit in ("G", "M", "K"):
+        if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(nbytes)
+
+
+# --- 측정 도구 (모든 랭크에서 실행) -----------------------------------------------------------
+
+def copy_seconds(ctx: RankContext, nbytes: int, warmup: int, repeats: int) -> dict:
+    """``dst.copy_(src)`` of ``nbytes``: by rank 0 while the others wait, and by all ranks at once."""
+    src = torch.ones(nbytes // 4, device=ctx.device)
+    dst = torch.empty_like(src)
+
+    def copy() -> None:
+        dst.copy_(src)
+
+    seconds = time_calls({"alone": copy if ctx.is_main else (lambda: None), "together": copy},
+                         ctx.device, warmup, repeats)
+    return {"bytes": nbytes, **seconds}
+
+
+def all_reduce_fns(buf: torch.Tensor, segment_bytes: int) -> dict:
+    """The three All-Reduce implementations on ``buf`` (sum, in place), by name."""
+    return {"library": lambda: dist.all_reduce(buf), "ring": lambda: ring_all_reduce_(buf, P2P()),
+            "pipelined": lambda: pipelined_ring_all_reduce_(buf, P2P(), segment_bytes)}
+
+
+def allreduce_seconds(ctx: RankContext, sizes: list[int], warmup: int, repeats: int,
+                      segment_bytes: int) -> list[dict]:
+    """Library, ring and pipelined ring All-Reduce (float32), interleaved L, R, P, L, R, P, ..."""
+    rows = []
+    for size in sizes:
+        buf = torch.zeros(size // 4, device=ctx.device)  # 0의 합은 0: 몇 번을 반복해도 값이 그대로다
+        rows.append({"bytes": size, **time_calls(all_reduce_fns(buf, segment_bytes), ctx.device, warmup, repeats)})
+    return rows
+
+
+def segment_timeline(ctx: RankContext, size: int, segment_bytes: int) -> dict:
+    """One pipelined ring All-Reduce of ``size`` bytes with its events timed on this rank.
+
+    Per received segment: when this rank began to wait for it, when it arrived, when it was added
+    (seconds from the start). With one segment per chunk this is chapter 4's ring step by step.
+    """
+    buf = torch.zeros(size // 4, device=ctx.device)
+    pipelined_ring_all_reduce_(buf, P2P(), segment_bytes)  # 워밍업
+    events: list[list] = []
+    dist.barrier()
+    start = time.perf_counter()
+
+    def record(event: str, step: int, chunk: int, segment: int) -> None:
+        sync(ctx.device)
+        if event == "wait":
+            events.append([step, segment, time.perf_counter() - start])
+        else:
+            events[-1].append(time.perf_counter() - start)
+
+    pipelined_ring_all_reduce_(buf, P2P(), segment_bytes, on_segment=record)
+    sync(ctx.device)
+    total = time.perf_counter() - start
+    return {"bytes": size, "segment_bytes": segment_bytes, "total": total,
+            "segments": [dict(zip(("step", "segment", "wait", "arrived", "added"), e)) for e in events]}
+
+
+def ring_timelines(ctx: RankContext, size: int, segment_bytes: int) -> dict:
+    """The same size with one segment per chunk (chapter 4's ring) and with ``segment_bytes`` segments."""
+    return {"one_segment": segment_timeline(ctx, size, max(size, 4)),
+            "pipelined": segment_timeline(ctx, size, segment_bytes)}
+
+
+def ring_errors(ctx: RankContext, numel: int) -> dict:
+    """Largest difference of each ring's sum from ``dist.all_reduce``'s on the same random input."""
+    gen = torch.Generator().manual_seed(1000 + ctx.rank)
+    x = (torch.rand(numel, generator=gen) * 2 - 1).to(ctx.device)
+    reference = x.clone()
+    dist.all_reduce(reference)
+    ring = ring_all_reduce_(x.clone(), P2P())
+    pipelined = pipelined_ring_all_reduce_(x.clone(), P2P(), CHECK_SEGMENT_BYTES)
+    return {"ring": float((ring - reference).abs().max()), "pipelined": float((pipelined - reference).abs().max())}
+
+
+def pipelined_socket_bytes(ctx: RankContext, size: int, segment_bytes: int) -> dict:
+    """Bytes this process wrote (kernel counter) during one pipelined ring All-Reduce of ``size``,
+    next to the payload bytes its sends carried: the segments must not add traffic."""
+    buf = torch.zeros(size // 4, device=ctx.device)
+    p2p = P2P()
+    dist.barrier()
+    before = written_bytes()
+    pipelined_ring_all_reduce_(buf, p2p, segment_bytes)
+    after = written_bytes()
+    return {"bytes": size, "payload": p2p.sent,
+            "written": None if before is None or after is None else after - before}
+
+
+# --- DDP 한 스텝 ------------------------------------------------------------------------------
+
+def allreduce_each_gradient(model: torch.nn.Module) -> None:
+    """The loop DDP replaces: after backward, one All-Reduce per parameter, then divide by N."""
+    n = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad.div_(n)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+               after_backward: Callable[[], None] | None = None, micro_steps: int = 1) -> Callable[[], None]:
+    """One optimizer step over ``micro_steps`` micro-batches (gradient accumulation).
+
+    Under DDP every backward all-reduces, except inside ``no_sync()``: there the first K-1
+    micro-steps only accumulate, and the last one all-reduces the sum (chapter 7).
+    """
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=False)
+        for i in range(micro_steps):
+            with model.no_sync() if i < micro_steps - 1 else nullcontext():
+                (model(x).square().mean() / micro_steps).backward()
+        if after_backward:
+            after_backward()
+        optimizer.step()
+    return step
+
+
+ACCUM = "accum"  # 가장 큰 cap의 DDP + no_sync()로 K개 마이크로 스텝 누적
+
+
+def variant_names(caps: list[float]) -> list[str]:
+    return ["compute", "manual", *(f"ddp:{cap:g}" for cap in caps), ACCUM]
+
+
+def _variant_step(ctx: RankContext, name: str, width: int, depth: int, x: torch.Tensor, seed: int,
+                  accum_steps: int, accum_cap: float) -> Callable[[], None]:
+    """The step function of one variant, on a fresh copy of the same model."""
+    torch.manual_seed(seed)
+    model = layer_stack(width, depth).to(ctx.device)
+    if name == ACCUM:
+        model = wrap_ddp(model, ctx.device, bucket_cap_mb=accum_cap)
+    elif name.startswith("ddp:"):
+        model = wrap_ddp(model, ctx.device, bucket_cap_mb=float(name[4:]))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    after = (lambda: allreduce_each_gradient(model)) if name == "manual" else None
+    return train_step(model, optimizer, x, after, accum_steps if name == ACCUM else 1)
+
+
+def ddp_variants(ctx: RankContext, caps: list[float], width: int, depth: int, batch: int,
+                 warmup: int, steps: int, seed: int, accum_steps: int) -> dict:
+    """Step times of the same model without communication, with a manual loop, and under DDP.
+
+    The variants take turns step by step (see :func:`time_calls`); ``comm_alone`` is one
+    All-Reduce of a buffer as large as all gradients together, to compare with what a step exposes.
+    """
+    gen = torch.Generator().manual_seed(seed + ctx.rank)
+    x = torch.randn(batch, width, generator=gen).to(ctx.device)
+    steps_by_name = {name: _variant_step(ctx, name, width, depth, x, seed, accum_steps, max(caps))
+                     for name in variant_names(caps)}
+    n_params = count_parameters(layer_stack(width, depth))
+    flat = torch.zeros(n_params, device=ctx.device)
+    # 워밍업(2번 이상)에 DDP의 버킷 재구성(2번째 반복)이 들어가므로, 잰 스텝은 모두 재구성 뒤의 스텝이다
+    seconds = time_calls({**steps_by_name, "comm_alone": lambda: dist.all_reduce(flat)}, ctx.device,
+                         max(warmup, 2), steps)
+    calls = {}
+    for name, step in steps_by_name.items():
+        with CollectiveCounter() as counter:
+            step()
+            sync(ctx.device)
+        calls[name] = counter.counts.get("all_reduce", 0)
+    return {"seconds": seconds, "all_reduce": calls, "n_params": n_params, "n_tensors": 2 * depth,
+            "micro_steps": {name: accum_steps if name == ACCUM else 1 for name in steps_by_name}}
+
+
+def rank_fn(ctx: RankContext, sizes: tuple[int, ...], repeats: int, warmup: int, memcpy_mb: int, caps_mb: tuple,
+            width: int, depth: int, batch: int, ddp_steps: int, accum_steps: int, segment_kb: int, seed: int) -> dict:
+    message_sizes = parse_sizes(sizes)
+    return {
+        **ctx.describe(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "memcpy": copy_seconds(ctx, memcpy_mb << 20, warmup, repeats),
+        "allreduce": allreduce_seconds(ctx, message_sizes, warmup, repeats, segment_kb << 10),
+        "timeline": ring_timelines(ctx, message_sizes[-1], segment_kb << 10),
+        "ring_error": ring_errors(ctx, CHECK_NUMEL),
+        "socket": pipelined_socket_bytes(ctx, message_sizes[-1], segment_kb << 10),
+        "ddp": ddp_variants(ctx, parse_caps(caps_mb), width, depth, batch, warmup, ddp_steps, seed, accum_steps),
+    }
+
+
+# --- 요약: 표의 수치와 확인 ----------------------------------------------------------------------
+
+def slowest_median(per_rank: list[list[float]]) -> float:
+    return statistics.median(slowest(per_rank))
+
+
+def allreduce_rows(ranks: list[dict]) -> list[dict]:
+    """nccl-tests' columns for every size and implementation, and each ring's ratio to the library.
+
+    ``ring_ratio`` and ``pipelined_ratio`` are busbw ratios (= library time / ring time) taken pair
+    by pair: repeat i of the library and repeat i of the ring ran back to back, so they saw the same
+    machine; reported as the median of the pairs with its spread (:func:`paired_ratio`).
+    ``slow_share`` is the share of repeats that took more than ``SLOW`` times the best one.
+    """
+    n, factor = len(ranks), bus_factor(len(ranks))
+    rows = []
+    for i, first in enumerate(ranks[0]["allreduce"]):
+        size = first["bytes"]
+        row: dict = {"size": size, "count": size // 4, "type": "float"}
+        seconds = {impl: slowest([r["allreduce"][i][impl] for r in ranks]) for impl in IMPLS}
+        for impl, times in seconds.items():
+            t = statistics.median(times)
+            algbw = size / t / 1e9
+            row[impl] = {"time_us": t * 1e6, "algbw": algbw, "busbw": algbw * factor, "best_us": min(times) * 1e6,
+                         "slow_share": sum(x > SLOW * min(times) for x in times) / len(times),
+                         "samples_us": [x * 1e6 for x in times]}
+        for impl in ("ring", "pipelined"):
+            row[f"{impl}_ratio"] = paired_ratio(seconds["library"], seconds[impl]) if n > 1 else None
+        rows.append(row)
+    return rows
+
+
+def fit_cost_model(rows: list[dict], world_size: int, impl: str = "library") -> dict | None:
+    """Least squares for t = 2(N-1)/N · S/BW + 2(N-1)·α over the measured sizes.
+
+    Fitted to each size's best repeat (the transport's own cost; the median adds the time spent
+    waiting for a CPU that other programs hold). Relative errors are minimized (each equation is
+    divided by its t), so 4 KB counts as much as 64 MB. Returns α (s), BW (bytes/s) and R² of
+    log t, or ``None`` when N = 1 (nothing is sent).
+    """
+    if world_size < 2 or len(rows) < 2:
+        return None
+    volume = torch.tensor([bus_factor(world_size) * r["size"] for r in rows], dtype=torch.float64)
+    steps = torch.full_like(volume, 2.0 * (world_size - 1))
+    t = torch.tensor([r[impl]["best_us"] * 1e-6 for r in rows], dtype=torch.float64)
+    design = torch.stack([volume, steps], dim=1) / t[:, None]
+    coef = torch.linalg.lstsq(design, torch.ones_like(t)[:, None]).solution.flatten()
+    inv_bw, alpha = float(coef[0]), float(coef[1])
+    predicted = (volume * inv_bw + steps * alpha).clamp_min(1e-12)
+    log_t = t.log()
+    r2 = 1 - float(((log_t - predicted.log()) ** 2).sum() / ((log_t - log_t.mean()) ** 2).sum())
+    return {"alpha_s": alpha, "bandwidth": 1 / inv_bw if inv_bw > 0 else math.inf, "r2_log": r2,
+            "max_rel_error": float(((predicted - t) / t).abs().max())}
+
+
+def model_time(fit: dict, size: float, world_size: int) -> float:
+    """The fitted cost model's time (seconds) for an All-Reduce of ``size`` bytes on N ranks."""
+    return bus_factor(world_size) * size / fit["bandwidth"] + 2 * (world_size - 1) * fit["alpha_s"]
+
+
+def copy_bandwidth(ranks: list[dict]) -> dict:
+    """GB/s of ``copy_`` (bytes copied per second): rank 0 alone (median and fastest repeat), and per
+    rank with all copying."""
+    mem = ranks[0]["memcpy"]
+    return {"bytes": mem["bytes"], "alone_gbs": mem["bytes"] / statistics.median(mem["alone"]) / 1e9,
+            "alone_best_gbs": mem["bytes"] / min(mem["alone"]) / 1e9,
+            "together_gbs": mem["bytes"] / slowest_median([r["memcpy"]["together"] for r in ranks]) / 1e9}
+
+
+def timeline_summary(ranks: list[dict]) -> dict:
+    """Rank 0's segment timelines (µs from the start) with the time it spent waiting and adding.
+
+    ``wait_us`` is the time spent waiting for segments to arrive, ``add_us`` the time spent adding
+    them: in the one-segment ring the two follow each other; pipelined, the next segment arrives
+    during the add, so the waits shrink while the adds stay.
+    """
+    out = {}
+    for name, line in ranks[0]["timeline"].items():
+        segments = [{k: v * 1e6 if k in ("wait", "arrived", "added") else v for k, v in s.items()}
+                    for s in line["segments"]]
+        out[name] = {"bytes": line["bytes"], "segment_bytes": min(line["segment_bytes"], line["bytes"]),
+                     "total_us": line["total"] * 1e6, "segments": segments,
+                     "wait_us": sum(s["arrived"] - s["wait"] for s in segments),
+                     "add_us": sum(s["added"] - s["arrived"] for s in segments)}
+    return out
+
+
+def pipelined_vs_library(rows: list[dict], low: int = GATE_FROM) -> float | None:
+    """Median over the sizes from ``low`` up of the pipelined ring's paired busbw ratio (``None``
+    when there is no such size or no ratio)."""
+    ratios = [r["pipelined_ratio"]["median"] for r in rows if r["size"] >= low and r["pipelined_ratio"]]
+    return statistics.median(ratios) if ratios else None
+
+
+def target_report(rows: list[dict]) -> dict:
+    """Per size from ``TARGET_FROM`` up: the pipelined ring's paired ratio and whether it meets the target."""
+    return {size_label(r["size"]): {"ratio": r["pipelined_ratio"]["median"],
+                                    "met": r["pipelined_ratio"]["median"] >= PIPELINE_TARGET}
+            for r in rows if r["size"] >= TARGET_FROM and r["pipelined_ratio"]}
+
+
+def ddp_summary(ranks: list[dict]) -> dict:
+    """Per variant: step time (ms), All-Reduce calls, ratio to the manual loop, and efficiency =
+    the compute it contains (micro-steps × the no-communication step) / its step time."""
+    ddp = ranks[0]["ddp"]
+    step_ms = {v: slowest_median([r["ddp"]["seconds"][v] for r in ranks]) * 1e3 for v in ddp["seconds"]}
+    comm_ms = step_ms.pop("comm_alone")
+    compute, manual = step_ms["compute"], step_ms["manual"]
+    rows = []
+    for v, ms in step_ms.items():
+        calls = sorted({r["ddp"]["all_reduce"][v] for r in ranks})  # 보통 모든 랭크가 같은 값 하나
+        micro = ddp["micro_steps"][v]
+        rows.append({"variant": v, "step_ms": ms, "micro_steps": micro, "all_reduce": max(calls),
+                     "calls_by_rank": calls, "vs_manual": ms / manual if micro == 1 else None,
+                     "efficiency": micro * compute / ms,
+                     "exposed_ms": ms - micro * compute})  # 계산 뒤에 숨지 못하고 스텝에 더해진 통신과 부대 비용
+    return {"rows": rows, "compute_ms": compute, "comm_alone_ms": comm_ms, "n_params": ddp["n_params"],
+            "n_tensors": ddp["n_tensors"], "model_bytes": ddp["n_params"] * 4, "paired": _paired_steps(ranks)}
+
+
+def _paired_steps(ranks: list[dict]) -> dict:
+    """Step-time ratios taken repeat by repeat (the variants ran interleaved): the fastest DDP setting
+    over the manual loop, and the accumulated step over K separate steps of the same DDP setting."""
+    ddp = ranks[0]["ddp"]
+    seconds = {v: slowest([r["ddp"]["seconds"][v] for r in ranks]) for v in ddp["seconds"]}
+    caps = [v for v in seconds if v.startswith("ddp:")]  # 작은 cap부터
+    best = min(caps, key=lambda v: statistics.median(seconds[v]))
+    k = ddp["micro_steps"][ACCUM]
+    compute = seconds["compute"]
+    exposed = statistics.median(seconds[caps[-1]]) / statistics.median(compute) - 1
+    return {"best_ddp": best, "busy_share": sum(t > SLOW * min(compute) for t in compute) / len(compute),
+            "exposed_share": exposed, "ddp_vs_manual": paired_ratio(seconds[best], seconds["manual"]),
+            "accum_vs_separate": paired_ratio(seconds[ACCUM], [k * t for t in seconds[caps[-1]]])}
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+    n = len(ranks)
+    rows = allreduce_rows(ranks)
+    fit = fit_cost_model(rows, n)
+    memcpy = copy_bandwidth(ranks)
+    ddp = ddp_summary(ranks)
+    cpu = ranks[0]["cpu_count"] or 1
+    oversubscribed = backend == "gloo" and n > cpu
+    data = {"rows": rows, "fit": fit, "ring_fit": fit_cost_model(rows, n, "ring"), "memcpy": memcpy,
+            "timeline": timeline_summary(ranks), "ddp": ddp, "bus_factor": bus_factor(n),
+            "pipelined_vs_library": pipelined_vs_library(rows), "pipeline_target": PIPELINE_TARGET,
+            "pipeline_gate": PIPELINE_GATE, "target": target_report(rows), "segment_bytes": params["segment_kb"] << 10,
+            "socket": [r["socket"] for r in ranks],
+            "device": ranks[0]["device"], "cpu_count": cpu, "oversubscribed": oversubscribed,
+            "threads_per_rank": ranks[0]["threads"]}
+    checks = [*_ring_checks(ranks, backend), *_allreduce_checks(rows, fit, memcpy, n, oversubscribed),
+              _pipeline_gate(rows, backend, n, oversubscribed), *_ddp_checks(ddp, n, params)]
+    return Summary(data, checks)
+
+
+def _ring_checks(ranks: list[dict], backend: str) -> list[Check]:
+    """Both rings give the library's sum; the pipelined ring's segments add no traffic (kernel count)."""
+    n = len(ranks)
+    checks = [check_close("rings_match_library", max(max(r["ring_error"].values()) for r in ranks), 0.0,
+                          1e-6 * n * n,
+                          f"두 링(4장의 링, 파이프라인 링)의 합이 dist.all_reduce의 합과 같다: 원소 {CHECK_NUMEL:,}개"
+                          f"(N으로도 세그먼트 {CHECK_SEGMENT_BYTES // 4}원소로도 나누어떨어지지 않는 크기)의 난수 입력, "
+                          "모든 랭크에서 최대 절대 차이")]
+    written = [r["socket"]["written"] for r in ranks]
+    if n < 2:
+        checks.append(not_applicable("pipelined_bytes_on_socket", "랭크가 하나면 아무것도 보내지 않는다"))
+    elif backend != "gloo" or None in written:
+        checks.append(not_applicable("pipelined_bytes_on_socket",
+                                     "gloo의 TCP 소켓에 쓴 바이트를 커널(/proc/self/io)에서 읽을 수 있을 때만 잰다"))
+    else:
+        size = ranks[0]["socket"]["bytes"]
+        theory = bus_factor(n) * size
+        worst = max(abs(w - theory) for w in written)
+        checks.append(check_close("pipelined_bytes_on_socket", worst, 0.0, 0.01 * theory + 16384,
+                                  f"파이프라인 링이 {size_label(size)}를 All-Reduce하는 동안 각 랭크가 소켓에 쓴 바이트"
+                                  "(커널이 센 /proc/self/io의 wchar)가 2(N-1)/N·S와 같다: 세그먼트로 잘라도 트래픽은 "
+                                  "늘지 않는다(1%+16 KiB 헤더 이내, 이론과의 최대 차이)"))
+    return checks
+
+
+def _allreduce_checks(rows: list[dict], fit: dict | None, memcpy: dict, n: int,
+                      oversubscribed: bool) -> list[Check]:
+    """Checks on the library's curve; each is not applicable when the chosen sizes cannot test it."""
+    if n < 2:
+        reason = "랭크가 하나면 통신이 없다"
+        return [not_applicable(name, reason) for name in ("busbw_below_memcpy", "bandwidth_grows_with_size",
+                                                         "cost_model_fits")]
+    factor = bus_factor(n)
+    top = max(r["size"] / (r["library"]["best_us"] * 1e-6) / 1e9 * factor for r in rows)
+    checks = [check_at_most("busbw_below_memcpy", top, memcpy["alone_best_gbs"],
+                            "All-Reduce의 가장 높은 busbw(GB/s, 크기마다 가장 빠른 반복)가 이 기계의 메모리 복사 대역폭"
+                            "(가장 빠른 반복, 기준)보다 작다: 한 바이트를 적어도 두 번 복사하는 통신은 복사보다 빠를 수 "
+                            "없다. 둘 다 가장 빠른 반복을 쓰는 까닭은, 중앙값은 다른 프로그램과 메모리를 나눠 쓴 때의 값이기 "
+                            "때문이다")]
+    small, large = rows[0], rows[-1]
+    if small["size"] > SMALL or large["size"] < LARGE:
+        checks.append(not_applicable("bandwidth_grows_with_size",
+                                     f"고른 크기에 {size_label(SMALL)} 이하의 작은 메시지와 {size_label(LARGE)} 이상의 큰 "
+                                     "메시지가 함께 있어야 잴 수 있다"))
+    else:
+        checks.append(check_at_least("bandwidth_grows_with_size", large["library"]["algbw"] / small["library"]["algbw"],
+                                     4.0, f"가장 큰 메시지({size_label(large['size'])})의 algbw가 가장 작은 메시지"
+                                     f"({size_label(small['size'])})보다 4배 넘게 크다: 작은 메시지는 지연 시간 α가 "
+                                     "지배한다(배율)"))
+    if oversubscribed:
+        checks.append(not_applicable("cost_model_fits", "과다 구독: 작은 메시지의 시간은 코어를 기다리는 시간이라 "
+                                     "모델의 모양을 따르지 않는다"))
+    elif len(rows) < FIT_MIN_SIZES or small["size"] > SMALL or large["size"] < LARGE:
+        checks.append(not_applicable("cost_model_fits", f"두 상수를 맞추려면 {size_label(SMALL)} 이하부터 "
+                                     f"{size_label(LARGE)} 이상까지 크기가 {FIT_MIN_SIZES}개 이상 있어야 한다"))
+    else:
+        ok = fit["alpha_s"] > 0 and 0 < fit["bandwidth"] < math.inf
+        checks.append(check_at_least("cost_model_fits", fit["r2_log"] if ok else -math.inf, FIT_R2,
+                                     "크기마다 가장 빠른 반복에 t = 2(N-1)/N·S/BW + 2(N-1)α를 최소제곱으로 맞추면 "
+                                     f"α>0, BW>0이고 log t의 결정계수 R²가 {FIT_R2} 이상이다(R²)"))
+    return checks
+
+
+def _pipeline_gate(rows: list[dict], backend: str, n: int, oversubscribed: bool) -> Check:
+    """The pipelined ring against the library on gloo with a core per rank (a fair race)."""
+    name = "pipelined_vs_library"
+    ratio = pipelined_vs_library(rows)
+    if n < 2:
+        return not_applicable(name, "랭크가 하나면 통신이 없다")
+    if backend != "gloo":
+        return not_applicable(name, "NCCL의 All-Reduce는 GPU 커널 하나가 하는 일이라, 파이썬에서 세그먼트마다 "
+                              "isend/irecv를 부르는 링과의 경주는 보여 주기만 한다")
+    if oversubscribed:
+        return not_applicable(name, "과다 구독(랭크 수 > 코어 수): 링은 단계마다 코어를 기다리므로 공정한 경주가 아니다")
+    if ratio is None:
+        return not_applicable(name, f"고른 크기에 {size_label(GATE_FROM)} 이상이 없다")
+    return check_at_least(name, ratio, PIPELINE_GATE,
+                          f"{size_label(GATE_FROM)} 이상에서 파이프라인 링의 busbw가 라이브러리의 {PIPELINE_GATE}배 "
+                          "이상이다(크기마다 번갈아 잰 쌍별 비율의 중앙값, 그 크기들의 중앙값)")
+
+
+def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
+    by = {row["variant"]: row for row in ddp["rows"]}
+    ddp_counts = [by[f"ddp:{cap:g}"]["all_reduce"] for cap in parse_caps(params["caps_mb"])]
+    checks = [
+        check_equal("manual_one_call_per_tensor", by["manual"]["calls_by_rank"], [ddp["n_tensors"]],
+                    "손으로 쓴 루프는 모든 랭크에서 파라미터 텐서마다 All-Reduce를 한 번씩 부른다(한 스텝의 횟수)"),
+        check_equal("compute_no_communication", by["compute"]["calls_by_rank"], [0],
+                    "통신 없는 기준 스텝은 All-Reduce를 하지 않는다"),
+        check_true("fewer_calls_with_bigger_buckets",
+              ddp_counts == sorted(ddp_counts, reverse=True) and min(ddp_counts) >= 1
+              and max(ddp_counts) < ddp["n_tensors"], ddp_counts,
+              "DDP는 bucket_cap_mb가 커질수록 All-Reduce를 적게(늘지 않게) 부르고, 가장 작은 cap에서도 "
+              "텐서 수보다 적게 부른다(작은 cap부터의 횟수)"),
+    ]
+    largest = f"ddp:{max(parse_caps(params['caps_mb'])):g}"
+    checks.append(check_equal("accumulation_same_calls_per_step", by[ACCUM]["calls_by_rank"], by[largest]["calls_by_rank"],
+                              f"no_sync()로 K={params['accum_steps']}개를 누적한 옵티마이저 스텝은 누적 없는 스텝"
+                              f"(bucket_cap_mb={largest[4:]})과 같은 횟수만 All-Reduce한다: 통신은 마지막 역전파에서 한 번"))
+    if n < 2:
+        reason = "랭크가 하나면 DDP도 손으로 쓴 루프도 통신하지 않는다"
+        return checks + [not_applicable(name, reason) for name in ("ddp_faster_than_manual",
+                                                                    "accumulation_raises_efficiency")]
+    paired = ddp["paired"]
+    checks.append(check_at_most("ddp_faster_than_manual", paired["ddp_vs_manual"]["median"], 1.0,
+                                "가장 빠른 DDP 설정의 스텝 시간이 파라미터마다 all_reduce하는 루프보다 짧다(번갈아 잰 "
+                                "반복끼리의 시간 비율, 그 중앙값)"))
+    if paired["busy_share"] > BUSY:
+        return checks + [not_applicable(
+            "accumulation_raises_efficiency",
+            f"이 실행 동안 기계가 바빴다: 통신 없는 스텝의 반복 {paired['busy_share']:.0%}가 가장 빠른 반복의 "
+            f"{SLOW:g}배를 넘었다. 누적의 이득(All-Reduce K-1번)이 이 흔들림보다 작아 잴 수 없다")]
+    if paired["exposed_share"] < MIN_EXPOSED:
+        return checks + [not_applicable(
+            "accumulation_raises_efficiency",
+            f"통신이 스텝에 더한 시간이 계산의 {paired['exposed_share']:.0%}로 {MIN_EXPOSED:.0%}보다 작다: 누적으로 "
+            "아낄 시간이 반복마다의 흔들림보다 작아 잴 수 없다")]
+    checks.append(check_at_most("accumulation_raises_efficiency", paired["accum_vs_separate"]["median"], 1.0 + NOISE,
+                                f"no_sync()로 K={params['accum_steps']}개를 누적한 스텝이 같은 설정(bucket_cap_mb="
+                                f"{largest[4:]})의 누적 없는 스텝 K번보다 짧다: 통신을 K 마이크로 스텝에 한 번만 하므로 효율"
+                                f"(계산 ÷ 스텝 시간)이 높다(번갈아 잰 반복끼리의 시간 비율의 중앙값, 흔들림 {NOISE:.0%} 허용)"))
+    return checks
+
+
+# --- 보고: nccl-tests 모양의 표와 JSON ------------------------------------------------------------
+
+TABLE_COLUMNS = ("size", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                 "ring busbw", "ring/lib", "pipe busbw", "pipe/lib", "pipe/lib range")
+_WIDTHS = (12, 10, 7, 11, 13, 13, 12, 10, 12, 10, 16)
+_VARIANT_LABELS = {"compute": "통신 없음(기준)", "manual": "수동: 파라미터마다 all_reduce", ACCUM: "DDP + no_sync 누적"}
+
+
+def variant_label(name: str) -> str:
+    return _VARIANT_LABELS.get(name) or f"DDP bucket_cap_mb={name[4:]}"
+
+
+def _ratio(ratio: dict | None) -> str:
+    return "-" if ratio is None else f"{ratio['median']:.2f}"
+
+
+def allreduce_table(result: LabResult) -> str:
+    """The All-Reduce rows in nccl-tests' layout; on the right both rings' busbw and their paired
+    ratio to the library (median of the pairs, and for the pipelined ring its range)."""
+    head = "".join(f"{c:>{w}}" for c, w in zip(TABLE_COLUMNS, _WIDTHS))
+    lines = ["#" + head[1:]]
+    for r in result.data["rows"]:
+        lib, ring, pipe = r["library"], r["ring"], r["pipelined"]
+        spread = "-" if r["pipelined_ratio"] is None else \
+            f"{r['pipelined_ratio']['min']:.2f}–{r['pipelined_ratio']['max']:.2f}"
+        cells = (r["size"], r["count"], r["type"], f"{lib['time_us']:.1f}", f"{lib['algbw']:.3f}",
+                 f"{lib['busbw']:.3f}", f"{ring['busbw']:.3f}", _ratio(r["ring_ratio"]), f"{pipe['busbw']:.3f}",
+                 _ratio(r["pipelined_ratio"]), spread)
+        lines.append("".join(f"{c:>{w}}" for c, w in zip(cells, _WIDTHS)))
+    return "\n".join(lines)
+
+
+def ddp_table(result: LabResult) -> str:
+    lines = [f"{'방식':<32}{'K':>3}{'step(ms)':>10}{'all_reduce':>12}{'÷수동':>8}{'효율':>8}"]
+    for row in result.data["ddp"]["rows"]:
+        ratio = "-" if row["vs_manual"] is None else f"{row['vs_manual']:.2f}"
+        lines.append(f"{variant_label(row['variant']):<32}{row['micro_steps']:>3}{row['step_ms']:>10.2f}"
+                     f"{str(row['all_reduce']):>12}{ratio:>8}{row['efficiency']:>8.2f}")
+    return "\n".join(lines)
+
+
+def report(result: LabResult) -> str:
+    """The Korean plain-text report of one run: header, ceiling, tables, fit, checks."""
+    d, n = result.data, result.world_size
+    lines = [f"# All-Reduce 벤치마크 · N={n} · 백엔드 {result.backend} · 장치 {d['device']} · "
+             f"busbw = algbw × 2(N-1)/N = algbw × {d['bus_factor']:.3f}"]
+    if d["oversubscribed"]:
+        lines.append(f"# 주의: 랭크 {n}개가 CPU 코어 {d['cpu_count']}개를 나눠 쓴다(과다 구독, oversubscribed). "
+                     "시간에는 코어를 기다린 시간이 들어 있고, 링과 라이브러리의 경주(pipelined_vs_library)는 확인하지 않는다.")
+    m = d["memcpy"]
+    lines.append(f"# 메모리 복사 copy_ {m['bytes'] >> 20} MiB: 랭크 0 혼자 {m['alone_gbs']:.2f} GB/s, "
+                 f"모든 랭크가 동시에 하면 랭크당 {m['together_gbs']:.2f} GB/s (읽기+쓰기 트래픽은 그 2배)")
+    lines.append(allreduce_table(result))
+    if d["pipelined_vs_library"] is not None:
+        lines.append(f"# {size_label(GATE_FROM)} 이상에서 파이프라인 링 busbw ÷ 라이브러리 busbw (쌍별 비율의 중앙값, "
+                     f"크기들의 중앙값) = {d['pipelined_vs_library']:.2f} (빌드 확인 ≥ {d['pipeline_gate']}, "
+                     f"세그먼트 {size_label(d['segment_bytes'])})")
+    for label, t in d["target"].items():
+        lines.append(f"# 목표 {d['pipeline_target']}: {label}에서 파이프라인 링 ÷ 라이브러리 = {t['ratio']:.2f} "
+                     + ("달성" if t["met"] else "미달") + (" (과다 구독: 참고만)" if d["oversubscribed"] else ""))
+    if d["fit"]:
+        f = d["fit"]
+        lines.append(f"# 비용 모델 맞춤(라이브러리): α = {f['alpha_s'] * 1e6:.1f} us, BW = {f['bandwidth'] / 1e9:.3f} GB/s, "
+                     f"log t의 R² = {f['r2_log']:.3f}")
+    dd = d["ddp"]
+    lines.append(f"# DDP 한 스텝: 파라미터 {dd['n_params']:,}개({dd['model_bytes'] / 2**20:.1f} MiB, 텐서 "
+                 f"{dd['n_tensors']}개), 같은 크기의 All-Reduce 한 번은 {dd['comm_alone_ms']:.2f} ms")
+    lines.append(ddp_table(result))
+    lines.append(result.report())
+    return "\n".join(lines)
+
+
+def to_dict(result: LabResult) -> dict:
+    """One run as JSON data: the checks and every summary table (not the per-rank raw samples)."""
+    return {**result.to_dict(), **result.data}
+
+
+def to_json(results: list[LabResult]) -> str:
+    return json.dumps({"runs": [to_dict(r) for r in results], "ok": all(r.ok for r in results)},
+                      ensure_ascii=False, indent=2)
+
+
+def default_world_sizes(gpus: int | None = None, cpus: int | None = None) -> list[int]:
+    """N = 2 and 4, then doubling while the GPUs (without GPUs: the cores) allow, then all GPUs."""
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    limit = gpus if gpus >= 2 else cpus
+    sizes = [2, 4]
+    while sizes[-1] * 2 <= limit:
+        sizes.append(sizes[-1] * 2)
+    if gpus > 4 and gpus not in sizes:
+        sizes.append(gpus)
+    return sizes
+
+
+LAB = Lab(
+    name="bench",
+    description="메시지 크기별 All-Reduce의 시간·algbw·busbw(nccl-tests 방식), 직접 만든 링과 라이브러리 비교, "
+                "메모리 복사 상한, DDP 버킷 크기별 스텝 시간 측정",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    default_nproc=2,
+    validate=validate,
+    chapter=8,
+    record_keys=DESCRIBE_KEYS | {"cpu_count", "threads", "memcpy", "allreduce", "timeline", "ring_error", "socket", "ddp"},
+    data_keys=frozenset({"rows", "fit", "ring_fit", "memcpy", "timeline", "ddp", "bus_factor", "pipelined_vs_library",
+                         "pipeline_target", "pipeline_gate", "target", "segment_bytes", "socket", "device", "cpu_count",
+                         "oversubscribed", "threads_per_rank"}),
+    params={"sizes": SIZES,
+            "repeats": Int(QUICK["repeats"], min=1, max=1000, help="크기마다 재는 반복 수"),
+            "warmup": Int(QUICK["warmup"], min=0, max=100, help="재기 전에 버리는 반복 수"),
+            "memcpy_mb": Int(QUICK["memcpy_mb"], min=1, max=4096, help="메모리 복사 상한을 잴 크기(MiB)"),
+            "ddp_steps": Int(QUICK["ddp_steps"], min=1, max=1000, help="DDP 스텝 시간을 재는 스텝 수"),
+            "caps_mb": ListOf(Float(25.0, min=0.0, max=4096.0, min_open=True), CAPS,
+                              help="비교할 bucket_cap_mb 값들(MiB)"),
+            "width": Int(256, min=1, max=4096, help="DDP 모델 층의 너비"),
+            "depth": Int(12, min=1, max=64, help="DDP 모델 층 수"),
+            "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
+            "accum_steps": Int(4, min=1, max=64, help="no_sync 누적 마이크로 스텝 수"),
+            "segment_kb": Int(SEGMENT_BYTES >> 10, min=1, max=1 << 20, help="파이프라인 링의 세그먼트 크기(KiB)"),
+            "seed": seed()},
+)

@@ -1,5 +1,6 @@
-"""Chapter 7+ figures: All-Reduce time and busbw against message size with the fitted cost model,
-DDP step times per bucket size, and a step-time / scaling-efficiency calculator (all offline)."""
+"""Chapter 8 figures: All-Reduce time and busbw against message size with the fitted cost model,
+the ring's segment timeline (one segment per chunk vs pipelined), DDP step times per bucket size,
+and a step-time / scaling-efficiency calculator (all offline)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import json
 
 import plotly.graph_objects as go
 
-from ..bench import bus_factor, model_time, size_label, variant_label
+from ..lessons.cost import bus_factor, model_time, size_label, variant_label
 from ..result import LabResult
 from . import rank_color
 from .allreduce import calculator_style
 from .internals import _base_layout
 
 COMPUTE_COLOR = "#9AA0A6"
+WAIT_COLOR = "#9AA0A6"
+ADD_COLOR = "#4C78A8"
 EXPOSED_COLOR = "#F58518"
 CEILING_COLOR = "#54A24B"
 
@@ -29,7 +32,8 @@ def _allreduce_traces(result: LabResult, color: str) -> list[tuple[str, go.Scatt
     labels = [size_label(s) for s in x]
     out: list[tuple[str, go.Scatter]] = []
     for impl, name, dash, symbol in (("library", "all_reduce", "solid", "circle"),
-                                     ("ring", "직접 만든 링", "dash", "diamond")):
+                                     ("ring", "4장의 링", "dash", "diamond"),
+                                     ("pipelined", "파이프라인 링", "dashdot", "square")):
         med = [r[impl]["time_us"] for r in rows]
         best = [r[impl]["best_us"] for r in rows]
         out.append(("time", go.Scatter(
@@ -107,6 +111,48 @@ def _buttons(buttons: list[dict]) -> dict:
     """A row of buttons between the title and the plot (views that need no kernel)."""
     return {"type": "buttons", "direction": "left", "x": 0, "y": 1.02, "xanchor": "left", "yanchor": "bottom",
             "buttons": buttons, "showactive": True, "pad": {"b": 4}}
+
+
+_LANES = ("세그먼트를 기다림", "받은 세그먼트 더하기")
+TIMELINE_VIEWS = {"one_segment": "세그먼트 1개 (4장의 링)", "pipelined": "세그먼트 여러 개 (파이프라인)"}
+
+
+def timeline_title(line: dict) -> str:
+    n_seg = len(line["segments"])
+    return (f"랭크 0의 {size_label(line['bytes'])} All-Reduce 한 번: 세그먼트 {size_label(line['segment_bytes'])} × "
+            f"{n_seg}번 받음, 모두 {line['total_us'] / 1e3:,.1f} ms (기다림 {line['wait_us'] / 1e3:,.1f} ms, "
+            f"더하기 {line['add_us'] / 1e3:,.1f} ms)")
+
+
+def pipeline_timeline_figure(result: LabResult) -> go.Figure:
+    """Rank 0's recorded timeline of one All-Reduce: when it waited for a segment and when it added
+    one, with one segment per chunk (chapter 4's ring) and pipelined; buttons switch the views."""
+    timeline = result.data["timeline"]
+    fig = go.Figure()
+    buttons = []
+    views = list(TIMELINE_VIEWS)
+    for i, view in enumerate(views):
+        segs = timeline[view]["segments"]
+        for lane, (start, end), color in ((_LANES[0], ("wait", "arrived"), WAIT_COLOR),
+                                          (_LANES[1], ("arrived", "added"), ADD_COLOR)):
+            shown = segs if start == "wait" else [s for s in segs if s["step"] < result.world_size - 1]  # 더하기는 RS에서만
+            fig.add_trace(go.Bar(
+                y=[lane] * len(shown), base=[s[start] / 1e3 for s in shown],
+                x=[(s[end] - s[start]) / 1e3 for s in shown], orientation="h", marker_color=color,
+                name=lane, visible=i == 0, showlegend=False,
+                customdata=[[s["step"] + 1, s["segment"] + 1] for s in shown],
+                hovertemplate=f"{lane}<br>단계 %{{customdata[0]}}, 세그먼트 %{{customdata[1]}}<br>"
+                              "%{base:.2f} ms부터 %{x:.2f} ms 동안<extra></extra>"))
+        visible = [j // 2 == i for j in range(2 * len(views))]
+        buttons.append({"label": TIMELINE_VIEWS[view], "method": "update",
+                        "args": [{"visible": visible}, {"title.text": timeline_title(timeline[view])}]})
+    longest = max(timeline[v]["total_us"] for v in views) / 1e3
+    return _base_layout(
+        fig, _title(timeline_title(timeline[views[0]])), 330, barmode="overlay",
+        xaxis={"title": {"text": "All-Reduce를 시작한 뒤의 시각 (ms)"}, "range": [0, longest * 1.02]},
+        yaxis={"automargin": True, "categoryorder": "array", "categoryarray": list(reversed(_LANES))},
+        margin={"l": 10, "r": 20, "t": 110, "b": 10}, updatemenus=[_buttons(buttons)],
+    )
 
 
 def ddp_step_figure(results: list[LabResult]) -> go.Figure:
