@@ -58,16 +58,16 @@ def ring_all_reduce_(buf: torch.Tensor, p2p: P2P, on_step=None) -> torch.Tensor:
     ``on_step(phase, step, sent_chunk, received_chunk)`` is called after every step.
     """
     rank, n = dist.get_rank(), dist.get_world_size()
-    chunks = buf.tensor_split(n)  # 뷰(view)다: 조각을 고치면 buf가 바뀐다
+    chunks = buf.tensor_split(n)  # 뷰(view)다: 청크를 고치면 buf가 바뀐다
     right, left = (rank + 1) % n, (rank - 1) % n
-    for step in range(n - 1):  # 1단계 Reduce-Scatter: 받은 조각에 내 값을 더해 다음 랭크로
+    for step in range(n - 1):  # 1단계 Reduce-Scatter: 받은 청크에 내 값을 더해 다음 랭크로
         send_i, recv_i = (rank - step) % n, (rank - step - 1) % n
         incoming = torch.empty_like(chunks[recv_i])
         p2p.exchange(chunks[send_i], right, incoming, left)
         chunks[recv_i].add_(incoming)
         if on_step:
             on_step("reduce-scatter", step, send_i, recv_i)
-    for step in range(n - 1):  # 2단계 All-Gather: 완성된 조각을 그대로 전달
+    for step in range(n - 1):  # 2단계 All-Gather: 완성된 청크를 그대로 전달
         send_i, recv_i = (rank + 1 - step) % n, (rank - step) % n
         p2p.exchange(chunks[send_i], right, chunks[recv_i], left)
         if on_step:
@@ -97,7 +97,7 @@ def pipelined_ring_all_reduce_(buf: torch.Tensor, p2p: P2P, segment_bytes: int =
     per_segment = max(1, segment_bytes // buf.element_size())
     segments = [chunk.split(per_segment) for chunk in buf.tensor_split(n)]
     steps = 2 * (n - 1)
-    # 받을 메시지의 순서: 단계 t에는 조각 (rank-t-1) mod N의 세그먼트들이 차례로 온다
+    # 받을 메시지의 순서: 단계 t에는 청크 (rank-t-1) mod N의 세그먼트들이 차례로 온다
     arrivals = [(t, (rank - t - 1) % n, k) for t in range(steps) for k in range(len(segments[(rank - t - 1) % n]))]
     scratch = [torch.empty(min(per_segment, segments[0][0].numel()), dtype=buf.dtype, device=buf.device)
                for _ in range(WINDOW)]  # 호출마다 한 번만 만든다
@@ -120,7 +120,7 @@ def pipelined_ring_all_reduce_(buf: torch.Tensor, p2p: P2P, segment_bytes: int =
             previous.wait()
         sending[(chunk, k)] = p2p.isend(segments[chunk][k], right)
 
-    for k in range(len(segments[rank])):  # 단계 0: 내 조각을 세그먼트마다 보낸다
+    for k in range(len(segments[rank])):  # 단계 0: 내 청크을 세그먼트마다 보낸다
         send(rank, k)
     posted = [post(i) for i in range(min(WINDOW, len(arrivals)))]
     for i, (t, chunk, k) in enumerate(arrivals):

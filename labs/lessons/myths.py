@@ -273,19 +273,19 @@ def sharding_checks(ranks: list[dict]) -> tuple[list[Check], dict]:
         check_equal("ddp_replicas_identical", len({r["sharding"]["ddp_fingerprint"] for r in ranks}), 1,
                     "DDP: 한 스텝 뒤 모든 랭크의 파라미터가 같다(지문 종류 수): 나눈 것이 아니라 같은 것을 N벌 가진다"),
         check_equal("fsdp_shards_cover_model", sum(fsdp_params), total,
-                    f"FSDP: 랭크들이 가진 파라미터 조각을 모두 더하면 정확히 {total}개다(겹침도 빠짐도 없다)"),
+                    f"FSDP: 랭크들이 가진 파라미터 샤드를 모두 더하면 정확히 {total}개다(겹침도 빠짐도 없다)"),
         check_equal("fsdp_grads_sharded_like_params", fsdp_grads, fsdp_params,
-                    "FSDP: 각 랭크는 자기 파라미터 조각의 그래디언트만 가진다(랭크별 원소 수가 파라미터 조각과 같다)"),
+                    "FSDP: 각 랭크는 자기 파라미터 샤드의 그래디언트만 가진다(랭크별 원소 수가 파라미터 샤드과 같다)"),
         check_close("fsdp_per_rank_fraction", largest / total, 1 / n, slack / total,
                     f"FSDP: 가장 많이 가진 랭크의 파라미터 비율 ≈ 1/N = {1 / n:.3f} "
                     "(허용 오차 = 텐서마다 0번 차원 한 행씩의 패딩 여유)"),
         check_equal("fsdp_adam_moments_sum_to_ddp", fsdp_moments, 2 * total,
-                    f"FSDP: 모든 랭크의 exp_avg·exp_avg_sq 조각을 더하면 DDP 한 랭크가 혼자 가진 양(2 × {total})과 같다"),
+                    f"FSDP: 모든 랭크의 exp_avg·exp_avg_sq 샤드을 더하면 DDP 한 랭크가 혼자 가진 양(2 × {total})과 같다"),
         check_equal("ddp_forward_no_collective", sum(len(o) for o in ddp_phase_ops), 0,
                     "DDP: 이 첫 순전파에는 집합 통신이 없다(랭크 합계)"),
         check_equal("fsdp_forward_all_gathers", sorted({op for ops in fsdp_forward for op in ops}),
                     ["all_gather"] if n > 1 else [],
-                    "FSDP: 순전파마다 파라미터 조각을 all_gather로 모은다(순전파의 집합 통신 종류; N=1이면 모을 조각이 없어 없음)"),
+                    "FSDP: 순전파마다 파라미터 샤드를 all_gather로 모은다(순전파의 집합 통신 종류; N=1이면 모을 조각이 없어 없음)"),
     ]
     data = {"n_params": total, "memory": mem, "slack": slack,
             "collectives": {w: {p: ranks[0]["sharding"][w][p] for p in ("forward", "backward")}
