@@ -31,6 +31,11 @@ def torchrun_one_node(lab: str = "replicas", nproc: int = GPUS_PER_NODE) -> str:
     return f"torchrun --nproc_per_node={nproc} {_lab_args(lab, None)}"
 
 
+def torchrun_grade(path: str = "labs/miniddp.py", nproc: int = GPUS_PER_NODE) -> str:
+    """One node: grade a DDP class (chapter 9) on ``nproc`` ranks started by torchrun."""
+    return f"torchrun --nproc_per_node={nproc} -m labs grade {shlex.quote(path)}"
+
+
 def torchrun_nodes(lab: str = "replicas", nnodes: int = 2, nproc: int = GPUS_PER_NODE,
                    head: str = HEAD_NODE, port: int = PORT, params: dict | None = None) -> str:
     """Several nodes: the same line on every node; the agents meet at ``head:port`` (c10d)."""

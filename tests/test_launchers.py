@@ -366,7 +366,8 @@ def test_no_page_types_a_launch_command_of_its_own():
     tests above run), never a hand-typed copy that can drift."""
     import json
 
-    rendered = set(commands.readme_commands()) | {c for _, c in commands.lab_commands()} | {commands.torchrun_restart()}
+    rendered = (set(commands.readme_commands()) | {c for _, c in commands.lab_commands()}
+                | {commands.torchrun_restart(), commands.torchrun_grade()})
     pages = [REPO / "README.md", *sorted((REPO / "book").glob("*.md"))]
     texts = {p.name: p.read_text(encoding="utf-8") for p in pages}
     for nb in sorted((REPO / "book").glob("*.ipynb")):
