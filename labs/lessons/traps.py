@@ -225,7 +225,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     batches = _batches(ctx, p, p["steps"])
-    xv, yv = synthetic_regression(8 * ctx.world_size, seed=p["seed"] + 1)
+    xv, yv = (t.to(ctx.device) for t in synthetic_regression(8 * ctx.world_size, seed=p["seed"] + 1))
     torch.manual_seed(p["seed"])
     ddp = wrap_ddp(bn_mlp(), ctx.device)  # BatchNorm: 버퍼(running mean/var)가 있는 모델
     train_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=p["lr"]), batches)
@@ -236,7 +236,7 @@ def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
         return {}
     module_loss = evaluate(ddp.module, xv, yv) if ctx.rank == 0 else None   # 고침 1: 감싸지 않은 모델
     xs, ys = rank_batch(xv, yv, ctx.rank, ctx.world_size, 8)                 # 고침 2: 모든 랭크가 제 몫을 평가
-    total = torch.tensor([evaluate(ddp, xs, ys) * len(xs), len(xs)], dtype=torch.float64)
+    total = torch.tensor([evaluate(ddp, xs, ys) * len(xs), len(xs)], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(total)
     dist.barrier()
     return {"module_loss": module_loss, "all_ranks_loss": float(total[0] / total[1]),
@@ -298,7 +298,7 @@ def set_epoch_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 # ----------------------------------------------------------------------------- 5. a collective only rank 0 calls
 
 def log_loss_bug(ctx: RankContext, loss: float) -> float | None:
-    total = torch.tensor([loss, 1.0])
+    total = torch.tensor([loss, 1.0], device=ctx.device)
     if ctx.rank == 0:
         dist.all_reduce(total)            # 버그: 랭크 0만 집합 통신을 부른다
         return float(total[0] / total[1])
@@ -306,7 +306,7 @@ def log_loss_bug(ctx: RankContext, loss: float) -> float | None:
 
 
 def log_loss_fix(ctx: RankContext, loss: float) -> float | None:
-    total = torch.tensor([loss, 1.0])
+    total = torch.tensor([loss, 1.0], device=ctx.device)
     dist.all_reduce(total)                # 고침: 모든 랭크가 부르고, 출력만 랭크 0이 한다
     return float(total[0] / total[1]) if ctx.rank == 0 else None
 
@@ -644,3 +644,34 @@ def _isolated_result(proc: subprocess.Popen, trap: str, variant: str, nproc: int
     outcome["where"] = {int(k): v for k, v in outcome.get("where", {}).items()}
     outcome["stderr"] = "\n".join(ln for ln in stderr.splitlines() if "Warning" not in ln)
     return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
+
+
+def check_all(nproc: int = 2) -> list[tuple[str, LabResult]]:
+    """Every trap's bug and fix, as the chapter runs them (``labs/gpu_check.sh`` calls this with NCCL)."""
+    from ..launch import run
+
+    results = []
+    for trap in TRAPS:
+        n = min(nproc, 4) if trap == "lr_scaling" else nproc  # 작은 데이터셋: 랭크가 많으면 에폭당 스텝이 너무 적다
+        if trap == "partial_collective":
+            plain, detail = observe_isolated(trap, "bug", nproc=n)
+            results += [(f"{trap}/bug", plain), (f"{trap}/bug DETAIL", detail)]
+        else:
+            results.append((f"{trap}/bug", observe(trap, "bug", nproc=n)))
+        results.append((f"{trap}/fix", run("traps", nproc=n, trap=trap, variant="fix")))
+    return results
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="10장의 함정 8가지를 bug/fix로 모두 실행하고 확인한다")
+    parser.add_argument("--nproc", type=int, default=2)
+    args = parser.parse_args()
+    failed = 0
+    for label, result in check_all(args.nproc):
+        print(f"== {label} ({result.backend}, N={result.world_size}): {'통과' if result.ok else '실패'}")
+        if not result.ok:
+            failed += 1
+            print(result.report())
+    sys.exit(1 if failed else 0)
