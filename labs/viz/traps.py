@@ -57,11 +57,11 @@ def epoch_order_table(bug, fix, first: int = 8):
 
 DETAIL_PARTS = (
     (r"^(Detected mismatch between collectives on ranks\.)", "짝이 안 맞는 집합 통신을 찾았다는 선언. "
-     "DETAIL 모드의 래퍼가 집합 통신마다 먼저 모든 랭크의 '지문'을 모아 비교한다."),
+     "DETAIL 모드의 래퍼가 집합 통신마다 먼저 모든 랭크의 CollectiveFingerPrint를 모아 비교한다."),
     (r"(Rank \d+ is running collective: CollectiveFingerPrint\(.*?\)\)?)(?=, but Rank)",
      "이 예외를 낸 랭크가 지금 부르는 집합 통신: 순번(SequenceNumber), 종류(OpType), 텐서 모양(TensorShape)과 dtype."),
     (r"(but Rank \d+ is running collective: CollectiveFingerPrint\(.*?\)\)?)(?=\.Collectives differ)",
-     "상대 랭크가 같은 순간 부르는 집합 통신. 두 지문이 달라서 짝이 맞지 않는다."),
+     "상대 랭크가 같은 순간 부르는 집합 통신. 두 기록이 달라서 짝이 맞지 않는다."),
     (r"(Collectives differ in the following aspects:.*)$", "무엇이 다른지 항목별로: 순번, 연산 종류, 텐서 모양 등."),
 )
 
