@@ -135,10 +135,12 @@ def test_set_epoch(epoch_runs):
 # ----------------------------------------------------------------------------- 5. a collective only rank 0 calls
 
 def test_partial_collective_bug_plain_and_detail(no_leftover_children):
-    plain, detail = traps.observe_isolated("partial_collective", "bug")
+    plain = traps.observe("partial_collective", "bug")
+    [detail] = traps.observe_isolated("partial_collective", "bug")
     assert plain.ok, plain.report()
     assert detail.ok, detail.report()
     assert plain.data["kind"] == "crash" and plain.data["exitcode"] == -6  # gloo이 C++ 예외로 abort
+    assert "Is there a distributed collective mismatch in your code?" in plain.data["stderr"]
     assert detail.data["kind"] == "error"
     assert "TensorShape=[2]" in detail.data["message"] or "TensorShape=[8, 4]" in detail.data["message"]
     no_leftover_children()

@@ -15,7 +15,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from contextlib import nullcontext
 
 import torch
@@ -28,7 +30,7 @@ from ..comms import CollectiveCounter
 from ..context import RankContext, resolve_backend
 from ..errors import LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from ..models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
-from ..params import Choice, Float, Int, seed
+from ..params import Choice, Float, Int, Text, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import LabResult, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, \
@@ -509,8 +511,16 @@ SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0":
              "shape": shape_summary, "lr_scaling": lr_scaling_summary, "seed": seed_summary}
 
 
-def rank_fn(ctx: RankContext, trap: str, variant: str, **p) -> dict:
+def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **p) -> dict:
+    if stderr_dir:  # C++ 쪽(gloo)이 프로세스를 끝내기 직전에 쓰는 문장을 observe()가 읽을 수 있게
+        _stderr_to(Path(stderr_dir) / f"rank{ctx.rank}.txt")
     return {"trap": trap, "variant": variant, **RANK_FNS[trap](ctx, variant, p)}
+
+
+def _stderr_to(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -533,7 +543,8 @@ LAB = Lab(
             "samples": Int(64, min=8, max=4096, help="set_epoch, lr_scaling: 데이터셋 크기"),
             "warmup_steps": Int(4, min=1, max=1000, help="lr_scaling: 워밍업 스텝 수"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
-            "seed": seed()},
+            "seed": seed(),
+            "stderr_dir": Text("", help="비어 있지 않으면 랭크마다 표준 오류를 이 폴더의 rankN.txt에 쓴다(observe가 씀)")},
 )
 
 
@@ -580,10 +591,13 @@ def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TI
     from ..launch import run
 
     expected = EXPECTED.get((trap, variant), "ok")
+    if expected == "ok":
+        return run("traps", nproc=nproc, trap=trap, variant=variant, **params)
     started = time.perf_counter()
+    stderr_dir = tempfile.TemporaryDirectory(prefix="ddp-traps-stderr-")
     try:
-        result = run("traps", nproc=nproc, timeout=timeout if expected == "hang" else 120.0,
-                     trap=trap, variant=variant, **params)
+        run("traps", nproc=nproc, timeout=timeout if expected == "hang" else 120.0,
+            trap=trap, variant=variant, stderr_dir=stderr_dir.name, **params)
     except LabTimeoutError as err:
         outcome = {"kind": "hang", "message": str(err), "where": dict(err.where)}
     except RankFailedError as err:
@@ -591,12 +605,20 @@ def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TI
     except RankCrashedError as err:
         outcome = {"kind": "crash", "rank": err.rank, "exitcode": err.exitcode, "message": str(err)}
     else:
-        if expected == "ok":
-            return result
         outcome = {"kind": "ok"}
     outcome["elapsed"] = time.perf_counter() - started
+    outcome["stderr"] = _rank_stderr(Path(stderr_dir.name))
+    stderr_dir.cleanup()
     outcome["debug"] = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
     return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
+
+
+def _rank_stderr(folder: Path) -> str:
+    """What the ranks wrote to standard error, warnings left out, rank by rank."""
+    lines = []
+    for path in sorted(folder.glob("rank*.txt")):
+        lines += [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip() and "Warning" not in ln]
+    return "\n".join(lines)
 
 
 def outcome_result(trap: str, variant: str, nproc: int, outcome: dict, params: dict) -> LabResult:
@@ -611,11 +633,11 @@ _CHILD = ("import json, sys; from labs.lessons.traps import observe\n"
           "    print('RESULT ' + json.dumps(r.data))")
 
 
-def observe_isolated(trap: str, variant: str, debug_levels=(None, "DETAIL"), nproc: int = 2,
+def observe_isolated(trap: str, variant: str, debug_levels=("DETAIL",), nproc: int = 2,
                      timeout: float = HANG_TIMEOUT, **params) -> list[LabResult]:
     """:func:`observe` in fresh Python processes, one per ``TORCH_DISTRIBUTED_DEBUG`` level, run side by side.
 
-    Each keeps its standard error (where gloo writes before it aborts a process). The variable must be
+    The variable must be
     set before the process group exists, and this process's fork server is shared by every lab, so it
     is set only in the child's environment.
     """
@@ -642,7 +664,6 @@ def _isolated_result(proc: subprocess.Popen, trap: str, variant: str, nproc: int
                        f"{stderr.strip()[-500:]}")
     outcome = json.loads(line[len("RESULT "):])
     outcome["where"] = {int(k): v for k, v in outcome.get("where", {}).items()}
-    outcome["stderr"] = "\n".join(ln for ln in stderr.splitlines() if "Warning" not in ln)
     return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
 
 
@@ -653,11 +674,9 @@ def check_all(nproc: int = 2) -> list[tuple[str, LabResult]]:
     results = []
     for trap in TRAPS:
         n = min(nproc, 4) if trap == "lr_scaling" else nproc  # 작은 데이터셋: 랭크가 많으면 에폭당 스텝이 너무 적다
+        results.append((f"{trap}/bug", observe(trap, "bug", nproc=n)))
         if trap == "partial_collective":
-            plain, detail = observe_isolated(trap, "bug", nproc=n)
-            results += [(f"{trap}/bug", plain), (f"{trap}/bug DETAIL", detail)]
-        else:
-            results.append((f"{trap}/bug", observe(trap, "bug", nproc=n)))
+            results += [(f"{trap}/bug DETAIL", r) for r in observe_isolated(trap, "bug", nproc=n)]
         results.append((f"{trap}/fix", run("traps", nproc=n, trap=trap, variant="fix")))
     return results
 
