@@ -221,3 +221,8 @@ def test_a_failed_outcome_raises_on_assert_ok():
     result = traps.outcome_result("shape", "bug", 2, {"kind": "ok"}, {"trap": "shape", "variant": "bug"})
     with pytest.raises(LabCheckFailed):
         result.assert_ok()
+
+
+def test_too_few_samples_for_the_global_batch_is_refused():
+    with pytest.raises(LabConfigError, match="samples"):
+        labs.run("traps", nproc=4, trap="lr_scaling", samples=8)

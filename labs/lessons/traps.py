@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..comms import CollectiveCounter
 from ..context import RankContext, resolve_backend
-from ..errors import LabError, LabTimeoutError, RankCrashedError, RankFailedError
+from ..errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from ..models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Int, Text, seed
 from ..primitives import max_abs_diff
@@ -50,6 +50,11 @@ GLOO_SIZE_PHRASE = "Received data size doesn't match expected size"
 
 def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(model(x), y)
+
+
+def _finished_anyway(trap: str, claim: str) -> Summary:
+    """A bug that should never return records did: the one check says so (and fails)."""
+    return Summary({}, [check_equal("finished", "ok", EXPECTED[(trap, "bug")], claim)])
 
 
 def _gathered_equal(ranks: list[dict], key: str) -> float:
@@ -247,7 +252,7 @@ def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
 
 def eval_rank0_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     if variant == "bug":  # 버그 실행은 끝나지 않는다: observe()가 멈춘 모습을 확인한다
-        return Summary({}, [check_equal("finished", "ok", "hang", "랭크 0만 DDP 래퍼로 평가하면 끝나지 않아야 한다")])
+        return _finished_anyway("eval_rank0", "랭크 0만 DDP 래퍼로 평가하면 끝나지 않아야 한다")
     a, b = ranks[0]["module_loss"], ranks[0]["all_ranks_loss"]
     checks = [check_close("same_validation_loss", abs(a - b), 0.0, 1e-6,
                           "랭크 0의 ddp.module 평가와 모든 랭크가 나눠 한 평가의 손실이 같다(절대 차이)"),
@@ -278,7 +283,7 @@ def set_epoch_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     epochs, b = p["epochs"], p["per_rank_batch"]
     distinct = sorted({len({tuple(o) for o in r["orders"]}) for r in ranks})
     # 스텝 t의 전역 배치 = 모든 랭크가 스텝 t에 본 샘플의 집합
-    steps = len(ranks[0]["orders"][0]) // b if b else 0
+    steps = len(ranks[0]["orders"][0]) // b
     global_batches = [[frozenset(i for r in ranks for i in r["orders"][e][t * b:(t + 1) * b]) for t in range(steps)]
                       for e in range(epochs)]
     repeated = sum(global_batches[e][t] == global_batches[0][t] for e in range(1, epochs) for t in range(steps))
@@ -341,7 +346,7 @@ def partial_collective_rank(ctx: RankContext, variant: str, p: dict) -> dict:
 
 def partial_collective_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     if variant == "bug":
-        return Summary({}, [check_equal("finished", "ok", "hang", "랭크 0만 all_reduce를 부르면 끝나지 않아야 한다")])
+        return _finished_anyway("partial_collective", "랭크 0만 all_reduce를 부르면 정상적으로 끝나지 않아야 한다")
     mean = [sum(r["losses"][s] for r in ranks) / len(ranks) for s in range(p["steps"])]
     checks = [check_close("logged_mean_loss", max_abs_diff(ranks[0]["logged"], mean), 0.0, 1e-6,
                           "랭크 0이 찍은 값이 모든 랭크 손실의 평균과 같다(스텝별 최대 차이)"),
@@ -363,7 +368,7 @@ def shape_rank(ctx: RankContext, variant: str, p: dict) -> dict:
 
 def shape_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     if variant == "bug":
-        return Summary({}, [check_equal("finished", "ok", "error", "랭크마다 모양이 다른 모델은 DDP 생성자에서 실패해야 한다")])
+        return _finished_anyway("shape", "랭크마다 모양이 다른 모델은 DDP 생성자에서 실패해야 한다")
     checks = [check_close("identical_after_construction", max(max_abs_diff(r["after"], ranks[0]["before"])
                                                                for r in ranks), 0.0, 0.0,
                           "DDP 생성 직후 모든 랭크의 파라미터가 랭크 0의 초기값과 같다(최대 절대 차이)")]
@@ -527,6 +532,12 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     return SUMMARIES[params["trap"]](ranks, params["variant"], params)
 
 
+def validate(params: dict, world_size: int) -> None:
+    if params["trap"] in ("set_epoch", "lr_scaling") and params["samples"] < world_size * params["per_rank_batch"]:
+        raise LabConfigError(f"samples={params['samples']}이(가) 한 스텝의 전역 배치 N·(B/N) = "
+                             f"{world_size * params['per_rank_batch']}보다 작습니다. samples를 늘리거나 per_rank_batch를 줄이세요.")
+
+
 LAB = Lab(
     name="traps",
     description="DDP를 일부러 망가뜨리는 함정 8가지(trap)를 실제 랭크에서 재현(variant=bug)하고 고친 모습(fix)을 확인",
@@ -534,6 +545,7 @@ LAB = Lab(
     summarize=summarize,
     chapter=10,
     default_nproc=2,
+    validate=validate,
     params={"trap": Choice("no_sync", TRAPS, help="함정 이름"),
             "variant": Choice("bug", VARIANTS, help="bug: 함정 그대로, fix: 고친 코드"),
             "micro_steps": Int(4, min=1, max=64, help="no_sync: 누적할 마이크로 스텝 수 K"),

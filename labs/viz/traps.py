@@ -13,7 +13,7 @@ from . import html_table, rank_color
 KIND_WORDS = {"hang": "멈춤(제한 시간 초과)", "error": "예외", "crash": "프로세스가 죽음", "ok": "정상 종료"}
 
 
-def outcome_panel(result, *, extra: str = "") -> HTML:
+def outcome_panel(result) -> HTML:
     """What the launcher saw for a bug that did not finish: kind, time, each rank's position, the real text."""
     d = result.data
     rows = [f"<tr><th scope='row'>결과</th><td>{html.escape(KIND_WORDS.get(d['kind'], d['kind']))}</td></tr>",
@@ -21,8 +21,6 @@ def outcome_panel(result, *, extra: str = "") -> HTML:
     for rank, where in sorted(d.get("where", {}).items()):
         rows.append(f"<tr><th scope='row'>랭크 {rank}</th><td>{html.escape(where)}</td></tr>")
     text = d.get("message", "")
-    if extra:
-        text = f"{text}\n\n{d.get(extra, '')}".strip()
     return HTML(f'<table class="lab-table"><caption>런처가 본 것 (실제 실행에서 잡은 그대로)</caption>'
                 f"<tbody>{''.join(rows)}</tbody></table>"
                 f'<pre class="trap-message">{html.escape(text)}</pre>')
