@@ -4,6 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 JB_FLAGS := -W -n --keep-going
+# 책을 빌드할 때 실행한 실습을 기록하고(labs/replay.py), make test는 같은 코드·같은 인자의 실습을 다시 띄우지 않고 그 기록을 쓴다
+LAB_RUNS := $(CURDIR)/_build/lab-runs
 
 .PHONY: book test venv browser serve clean lab-list
 
@@ -16,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 book: $(STAMP)
-	$(BIN)/jupyter-book build . $(JB_FLAGS)
+	LABS_RECORD_DIR=$(LAB_RUNS) $(BIN)/jupyter-book build . $(JB_FLAGS)
 
 # 브라우저 테스트용: Debian의 chromium과 한글 글꼴 (없을 때만 설치)
 browser:
@@ -26,7 +28,8 @@ browser:
 	fi
 
 test: book browser
-	$(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider
+	LABS_RECORD_DIR=$(LAB_RUNS) LABS_REPLAY_DIR=$(LAB_RUNS) \
+	  $(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider
 
 serve: book
 	$(BIN)/python -m http.server --directory _build/html 8000

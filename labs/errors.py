@@ -6,6 +6,10 @@ from __future__ import annotations
 class LabError(RuntimeError):
     """Base class of every error the lab engine raises."""
 
+    def __reduce__(self):  # pickle by constructor arguments (labs.replay records errors)
+        args = getattr(self, "_init_args", None)
+        return (type(self), args) if args is not None else super().__reduce__()
+
 
 class LabConfigError(LabError, ValueError):
     """Bad input, caught before any process is spawned."""
@@ -18,6 +22,7 @@ class RankFailedError(LabError):
         self.lab = lab
         self.rank = rank
         self.traceback_text = traceback_text
+        self._init_args = (lab, rank, traceback_text)
         last = traceback_text.strip().splitlines()[-1] if traceback_text.strip() else "(메시지 없음)"
         super().__init__(
             f"실습 '{lab}'의 랭크 {rank}에서 예외가 발생해 나머지 랭크를 모두 멈췄습니다: {last}\n"
@@ -32,6 +37,7 @@ class RankCrashedError(LabError):
         self.lab = lab
         self.rank = rank
         self.exitcode = exitcode
+        self._init_args = (lab, rank, exitcode)
         super().__init__(
             f"실습 '{lab}'의 랭크 {rank} 프로세스가 결과를 보내지 않고 종료했습니다(종료 코드 {exitcode}). "
             "메모리 부족(OOM)이나 외부 종료 신호를 확인하세요. 나머지 랭크는 모두 멈췄습니다."
@@ -46,6 +52,7 @@ class LabTimeoutError(LabError):
         self.timeout = timeout
         self.missing_ranks = missing_ranks
         self.where = where or {}
+        self._init_args = (lab, timeout, missing_ranks, self.where)
         ranks = ", ".join(str(r) for r in missing_ranks)
         details = "".join(f"\n  - 랭크 {r}: {self.where[r]}" for r in missing_ranks if r in self.where)
         super().__init__(

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from .context import RankContext, check_nproc, device_for, resolve_backend
 from .errors import LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
+from . import replay
 from .registry import get_lab, lesson_modules
 from .result import LabResult
 
@@ -60,10 +61,29 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     check_timeout(timeout)
     params = lab.resolve_params(params, nproc)
     resolved = resolve_backend(backend, nproc)
+    recorded = replay.load(lab.name, nproc, resolved, params, timeout)
+    if recorded is not None:
+        return _replayed(lab, recorded, resolved, params)
     started = time.perf_counter()
-    records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
+    try:
+        records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
+    except (RankFailedError, RankCrashedError, LabTimeoutError) as err:
+        replay.save(lab.name, nproc, resolved, params, timeout, {"error": err})
+        raise
+    wall = time.perf_counter() - started
+    replay.save(lab.name, nproc, resolved, params, timeout, {"records": records, "wall_seconds": wall})
     result = lab.finish(records, resolved, params)
-    result.wall_seconds = time.perf_counter() - started
+    result.wall_seconds = wall
+    return result
+
+
+def _replayed(lab, recorded: dict, backend: str, params: dict) -> LabResult:
+    """A recorded run (see :mod:`labs.replay`): its error raised again, or its records summarized anew."""
+    if "error" in recorded:
+        raise recorded["error"]
+    result = lab.finish(recorded["records"], backend, params)
+    result.wall_seconds = recorded["wall_seconds"]
+    result.replayed = True
     return result
 
 

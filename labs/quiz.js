@@ -17,8 +17,8 @@
     section.querySelector(".ddp-quiz-explanation").hidden = !correct;
     if (remember) {
       var p = load(), qid = section.getAttribute("data-qid");
-      var choices = Array.prototype.indexOf.call(section.querySelectorAll(".ddp-quiz-choice"), button);
-      p[qid] = { correct: correct, choice: choices, at: Date.now() };
+      // data-choice: 보기의 데이터상 번호(화면 순서와 다름). 복원할 때 같은 보기를 찾는다.
+      p[qid] = { correct: correct, choice: Number(button.getAttribute("data-choice")), at: Date.now() };
       save(p);
     }
     score(section.closest(".ddp-quiz"));
@@ -36,7 +36,7 @@
       quiz.setAttribute("data-ready", "1");
       quiz.querySelectorAll(".ddp-quiz-q").forEach(function (q) {
         var s = p[q.getAttribute("data-qid")];
-        var b = s && q.querySelectorAll(".ddp-quiz-choice")[s.choice];
+        var b = s && q.querySelector('.ddp-quiz-choice[data-choice="' + Number(s.choice) + '"]');
         if (b) mark(q, b, false);
       });
       score(quiz);

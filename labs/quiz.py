@@ -1,13 +1,24 @@
-"""Self-check quizzes: questions live as data (``book/quizzes/*.yml``), rendered as static HTML.
+"""Self-check quizzes: questions live as data (the book's ``quizzes/*.yml``), rendered as static HTML.
 
 The same HTML works in the built site with no kernel and no network, and in live Jupyter:
 choices are real buttons, feedback and the explanation of every answer are in the page, and a
 small inline script (``quiz.js``) marks answers and keeps progress in the browser's
 localStorage. Ids are derived from the data, so the output is the same on every run.
+
+The bank's folder is the book's business, not this package's: ``Quiz(name)`` reads
+``quizzes/<name>.yml`` relative to the working directory, which is the folder of the notebook
+that shows it (Jupyter, Jupyter Book and nbval all start the kernel there); everything else
+(the book's Sphinx extension, the tests) passes the folder explicitly.
+
+Authors write the correct choice anywhere in the YAML; the reader sees the choices in a fixed
+order derived from the quiz name and question ids (:func:`display_order`), with the correct
+answers spread over the slots, so a position pattern in the data never reaches the page and
+every build renders the same order.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from dataclasses import dataclass
@@ -15,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-QUIZ_DIR = Path(__file__).resolve().parent.parent / "book" / "quizzes"
+NEXT_TO_NOTEBOOK = Path("quizzes")  # Quiz(name)'s folder: relative, so it resolves next to the notebook
 STORAGE_KEY = "ddp-course-quiz-progress"  # localStorage key of the reader's answers (quiz.js, progress table)
 _ASSETS = Path(__file__).resolve().parent
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
@@ -40,12 +51,13 @@ class Question:
     explanation: str
 
 
-def load(name: str, quiz_dir: Path = QUIZ_DIR) -> list[Question]:
+def load(name: str, quiz_dir: Path) -> list[Question]:
     """Load and validate ``<quiz_dir>/<name>.yml``."""
-    path = quiz_dir / f"{name}.yml"
+    path = Path(quiz_dir) / f"{name}.yml"
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in quiz_dir.glob("*.yml")))
-        raise QuizDataError(f"퀴즈 파일이 없습니다: {path}. 있는 퀴즈: {known}")
+        known = ", ".join(sorted(p.stem for p in Path(quiz_dir).glob("*.yml"))) or "없음"
+        raise QuizDataError(f"퀴즈 파일이 없습니다: {path.absolute()}. 그 폴더에 있는 퀴즈: {known}. "
+                            "노트북 옆의 quizzes/ 폴더가 아니라면 Quiz(이름, quiz_dir=폴더)로 폴더를 알려 주세요.")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
@@ -58,9 +70,9 @@ def load(name: str, quiz_dir: Path = QUIZ_DIR) -> list[Question]:
     return questions
 
 
-def load_all(quiz_dir: Path = QUIZ_DIR) -> dict[str, list[Question]]:
-    """Every quiz of the book; question ids must be unique across the book (progress is keyed by id)."""
-    quizzes = {path.stem: load(path.stem, quiz_dir) for path in sorted(quiz_dir.glob("*.yml"))}
+def load_all(quiz_dir: Path) -> dict[str, list[Question]]:
+    """Every quiz in ``quiz_dir``; question ids must be unique across the book (progress is keyed by id)."""
+    quizzes = {path.stem: load(path.stem, quiz_dir) for path in sorted(Path(quiz_dir).glob("*.yml"))}
     _check_unique_ids([q for qs in quizzes.values() for q in qs], "책 전체")
     return quizzes
 
@@ -104,13 +116,43 @@ def _inline(text: str) -> str:
     return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else html.escape(p) for i, p in enumerate(parts))
 
 
+def _digest(*parts: str) -> bytes:
+    """SHA-256 of the parts: the same in every interpreter (unlike the per-process ``hash()``)."""
+    return hashlib.sha256("/".join(parts).encode("utf-8")).digest()
+
+
+def display_order(name: str, questions: list[Question]) -> list[list[int]]:
+    """For each question, the indices into its ``choices`` in the order the reader sees them.
+
+    The slot of the correct choice is dealt so that each quiz spreads its answers over the slots:
+    questions are taken in an order fixed by ``sha256(quiz name/question id)`` and each gets the
+    least-used slot so far (ties broken by the same hash), so no slot holds more than its share and
+    the sequence in reading order follows no cycle. The other choices fill the remaining slots in
+    an order fixed by ``sha256(quiz name/question id/YAML index)``. Nothing depends on where the
+    author wrote the correct choice, and every build renders the same page.
+    """
+    used: dict[int, int] = {}
+    slots: dict[str, int] = {}
+    for q in sorted(questions, key=lambda q: _digest(name, q.id)):
+        slot = min(range(len(q.choices)), key=lambda k: (used.get(k, 0), _digest(name, q.id, "slot", str(k))))
+        used[slot] = used.get(slot, 0) + 1
+        slots[q.id] = slot
+    orders = []
+    for q in questions:
+        correct = next(i for i, c in enumerate(q.choices) if c.correct)
+        others = sorted((i for i in range(len(q.choices)) if i != correct), key=lambda i: _digest(name, q.id, str(i)))
+        others.insert(slots[q.id], correct)
+        orders.append(others)
+    return orders
+
+
 def to_html(name: str, questions: list[Question]) -> str:
     blocks = []
-    for number, q in enumerate(questions, start=1):
+    for number, (q, order) in enumerate(zip(questions, display_order(name, questions)), start=1):
         buttons = "".join(
-            f'<button type="button" class="ddp-quiz-choice" data-correct="{int(c.correct)}" '
-            f'data-why="{html.escape(_inline(c.why))}">{_inline(c.text)}</button>'
-            for c in q.choices
+            f'<button type="button" class="ddp-quiz-choice" data-choice="{i}" data-correct="{int(q.choices[i].correct)}" '
+            f'data-why="{html.escape(_inline(q.choices[i].why))}">{_inline(q.choices[i].text)}</button>'
+            for i in order
         )
         blocks.append(
             f'<section class="ddp-quiz-q" data-qid="{html.escape(q.id)}">'
@@ -131,9 +173,10 @@ def to_html(name: str, questions: list[Question]) -> str:
 
 
 class Quiz:
-    """Displayable quiz: ``Quiz("01_structure")`` as the last line of a notebook cell."""
+    """Displayable quiz: ``Quiz("01_structure")`` as the last line of a notebook cell reads
+    ``quizzes/01_structure.yml`` next to the notebook; ``quiz_dir`` names another folder."""
 
-    def __init__(self, name: str, quiz_dir: Path = QUIZ_DIR):
+    def __init__(self, name: str, quiz_dir: Path = NEXT_TO_NOTEBOOK):
         self.name = name
         self.questions = load(name, quiz_dir)
 

@@ -123,6 +123,7 @@ class LabResult:
     checks: dict[str, Check] = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     wall_seconds: float | None = None  # launch to last record, set by the launcher
+    replayed: bool = False  # records recorded earlier by the same code (labs.replay), summarized anew
 
     @property
     def ok(self) -> bool:

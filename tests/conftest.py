@@ -18,8 +18,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402
 
 from labs.errors import LabCheckFailed  # noqa: E402
+from labs.replay import RECORD_ENV, REPLAY_ENV  # noqa: E402
+
+REPLAY_VARS = (RECORD_ENV, REPLAY_ENV)
+
+
+@pytest.fixture(autouse=True)
+def _real_ranks_when_marked(request, monkeypatch):
+    """Tests marked ``real_ranks`` (the launcher's own) always start processes: no lab replay."""
+    if request.node.get_closest_marker("real_ranks"):
+        for name in REPLAY_VARS:
+            monkeypatch.delenv(name, raising=False)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "real_ranks: never replay recorded lab runs (labs/replay.py)")
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
+QUIZ_BANK = Path(__file__).resolve().parent.parent / "book" / "quizzes"  # the book's quiz bank (labs.quiz is told)
 
 # Environment variables that make ``python -m labs`` believe it runs under torchrun.
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -31,8 +47,9 @@ def has_hangul(text: str) -> bool:
 
 
 def clean_env(**extra: str) -> dict:
-    """os.environ without torchrun's variables (so the CLI takes the spawn path), plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
+    """os.environ without torchrun's variables (so the CLI takes the spawn path) and without lab
+    replay (a command run by a test really starts its ranks), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and k not in REPLAY_VARS}
     env.update(extra)
     return env
 
@@ -148,12 +165,19 @@ def chromium():
             browser.close()
 
 
+def summarize_again(lab_module, ranks: list[dict], backend: str, **params):
+    """The engine's summary of ``ranks`` (records of a real run, maybe altered) with the lab's
+    defaults updated by ``params``: what ``labs.run`` would have returned for those records."""
+    lab = lab_module.LAB
+    return lab.finish(ranks, backend, lab.resolve_params(params, len(ranks)))
+
+
 def assert_only_these_fail(lab_module, result, tamper, failing: set[str], **params) -> None:
-    """``lab_module.summarize`` on a tampered copy of ``result``'s rank records: exactly the
-    checks named in ``failing`` must fail, and ``assert_ok()`` must raise (a check CAN fail)."""
+    """The lab's summary of a tampered copy of ``result``'s rank records: exactly the checks named
+    in ``failing`` must fail, and ``assert_ok()`` must raise (a check CAN fail)."""
     ranks = copy.deepcopy(result.ranks)
     tamper(ranks)
-    tampered = lab_module.summarize(ranks, result.backend, {**lab_module.LAB.defaults, **params})
+    tampered = summarize_again(lab_module, ranks, result.backend, **{**result.params, **params})
     assert {c.name for c in tampered.failed()} == failing, tampered.report()
     with pytest.raises(LabCheckFailed):
         tampered.assert_ok()

@@ -18,10 +18,12 @@ import yaml
 
 from labs import quiz
 
+from conftest import QUIZ_BANK
+
 REPO = Path(__file__).resolve().parent.parent
 BOOK = REPO / "book"
 CHAPTERS = sorted(p for p in BOOK.glob("[0-9][0-9]*_*.ipynb") if re.match(r"\d\d[a-z]?_", p.name))
-QUIZ_FILES = sorted(quiz.QUIZ_DIR.glob("*.yml"))
+QUIZ_FILES = sorted(QUIZ_BANK.glob("*.yml"))
 MARKDOWN_PAGES = sorted(BOOK.glob("*.md"))
 
 # 금지된 변이형 → 이 책이 쓰는 용어. 정규식은 본문(코드 셀·인라인 코드·수식 제외)에 적용한다.
@@ -130,7 +132,8 @@ def test_chapters_exist():
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_every_chapter_has_its_quiz(chapter):
     stem = chapter.stem
-    assert (quiz.QUIZ_DIR / f"{stem}.yml").is_file(), (
+    # Quiz("NN_name") in the notebook reads quizzes/NN_name.yml next to the notebook (the kernel's folder)
+    assert (chapter.parent / quiz.NEXT_TO_NOTEBOOK / f"{stem}.yml").is_file(), (
         f"{chapter.name}의 퀴즈 파일 book/quizzes/{stem}.yml이 없습니다. 장마다 확인 문제가 있어야 합니다.")
     nb = json.loads(chapter.read_text(encoding="utf-8"))
     calls = [c for c in nb["cells"] if c["cell_type"] == "code" and f'Quiz("{stem}")' in "".join(c["source"])]
@@ -147,7 +150,7 @@ def test_every_quiz_belongs_to_a_chapter_in_the_toc(path):
 
 
 def test_all_quizzes_load_with_unique_ids():
-    quizzes = quiz.load_all()  # 책 전체에서 id가 겹치면 QuizDataError
+    quizzes = quiz.load_all(QUIZ_BANK)  # 책 전체에서 id가 겹치면 QuizDataError
     assert set(quizzes) == {p.stem for p in QUIZ_FILES}
     for name, questions in quizzes.items():
         number = re.match(r"(\d\d)([a-z]?)_", name)

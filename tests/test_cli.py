@@ -70,13 +70,13 @@ def test_run_replicas_json_on_three_ranks():
     assert report["ok"] is True
     assert set(report["checks"]) == REPLICAS_CHECKS
     for name, check in report["checks"].items():
-        assert {"ok", "value", "tolerance", "description"} <= set(check), name
+        assert {"kind", "ok", "value", "expected", "tolerance", "criterion", "description"} <= set(check), name
         assert check["ok"] is True, (name, check)
         assert has_hangul(check["description"]), name
     assert report["checks"]["distinct_processes"]["value"] == 3
     assert report["checks"]["global_batch_size"]["value"] == [3 * 4]
     identical = report["checks"]["replicas_identical_after_ddp"]
-    assert (identical["value"], identical["tolerance"]) == (0.0, 0.0)
+    assert (identical["kind"], identical["value"], identical["expected"], identical["tolerance"]) == ("close", 0.0, 0.0, 0.0)
 
 
 def test_run_plain_report_is_korean(capsys):

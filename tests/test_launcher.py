@@ -22,7 +22,7 @@ from labs.errors import LabConfigError, LabTimeoutError, RankCrashedError, RankF
 
 from conftest import has_hangul, live_children
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.real_ranks]
 
 
 def _assert_faults_ok(result, n: int) -> None:
@@ -177,9 +177,9 @@ BAD_INPUT = [
     pytest.param(("replicas",), {"nproc": 2, "batch": 4},
                  ["없는 인자", "batch", "쓸 수 있는 인자", "per_rank_batch"], id="unknown-param"),
     pytest.param(("replicas",), {"nproc": 2, "per_rank_batch": "4"},
-                 ["per_rank_batch", "정수여야", "'4'"], id="param-wrong-type"),
+                 ["per_rank_batch", "1 이상 1024 이하의 정수", "'4'"], id="param-wrong-type"),
     pytest.param(("replicas",), {"nproc": 2, "steps": 0}, ["steps", "1 이상"], id="param-zero"),
-    pytest.param(("faults",), {"nproc": 2, "mode": 3}, ["mode", "문자열"], id="param-not-str"),
+    pytest.param(("faults",), {"nproc": 2, "mode": 3}, ["mode", "none, raise, hang, exit 중 하나", "3"], id="param-not-str"),
     pytest.param(("faults",), {"nproc": 2, "timeout": 0}, ["timeout", "0보다 큰"], id="timeout=0"),
     pytest.param(("faults",), {"nproc": 2, "timeout": -5}, ["timeout", "-5"], id="timeout<0"),
     pytest.param(("faults",), {"nproc": 2, "timeout": float("nan")}, ["timeout", "유한한"], id="timeout-nan"),

@@ -1,5 +1,6 @@
-"""Chapters 8 and 9 in a real browser: quiz answers and self-check notes survive a reload, and the
-intro page's progress table counts the answers.
+"""Chapters 11 and 12 in a real browser: quiz answers and self-check notes survive a reload, and the
+intro page's progress table counts the answers. One test needs no built book: a real quiz rendered
+by ``labs.quiz`` restores the reader's choice even when the page's choice order changed.
 
 Site: ``DDP_SITE_DIR`` (default ``<repo>/_build/html``, built by ``make book``); browser:
 ``DDP_CHROMIUM`` (default ``/usr/bin/chromium``). The network is limited to the local server.
@@ -8,11 +9,15 @@ Site: ``DDP_SITE_DIR`` (default ``<repo>/_build/html``, built by ``make book``);
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from site_server import poll
+from labs import quiz
+from site_server import poll, serve
+
+from conftest import QUIZ_BANK
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,8 +50,14 @@ def page(chromium, site_url, site_root):
         context.close()
 
 
+def questions(name: str) -> int:
+    """How many questions the book's bank has for quiz ``name`` (the intro table's denominator)."""
+    return len(quiz.load(name, QUIZ_BANK))
+
+
 def answer(page, quiz: str, number: int, correct: bool) -> str:
-    """Click a choice of question ``number`` (1-based) of quiz ``quiz``; return the feedback text."""
+    """Click a choice of question ``number`` (1-based) of quiz ``quiz``, found by its data (the
+    page shuffles the choices, so never by position); return the feedback text."""
     question = page.locator(f'.ddp-quiz[data-quiz="{quiz}"] .ddp-quiz-q').nth(number - 1)
     question.locator(f'.ddp-quiz-choice[data-correct="{int(correct)}"]').first.click()
     expected = "정답입니다" if correct else "오답입니다"
@@ -75,7 +86,8 @@ def test_chapter8_quizzes_show_evidence_and_survive_reload(page):
     assert "측정 결과" in feedback(page, "08_myths_evidence", 1), "새로고침 후 오해 판별 퀴즈의 답이 복원되지 않았습니다."
 
     page.open(INTRO)
-    assert poll(lambda: progress_row(page, "11_myths"), lambda v: v == ("1 / 5", "1")) == ("1 / 5", "1")
+    expected = (f"1 / {questions('11_myths')}", "1")
+    assert poll(lambda: progress_row(page, "11_myths"), lambda v: v == expected) == expected
     assert not page.problems, "\n".join(page.problems)
 
 
@@ -106,5 +118,54 @@ def test_chapter9_quiz_and_self_check_survive_reload(page):
         assert page.locator(f"#{box_el.get_attribute('data-answer')}").count() == 1
 
     page.open(INTRO)
-    assert poll(lambda: progress_row(page, "12_checklist"), lambda v: v == ("2 / 5", "1")) == ("2 / 5", "1")
+    expected = (f"2 / {questions('12_checklist')}", "1")
+    assert poll(lambda: progress_row(page, "12_checklist"), lambda v: v == expected) == expected
     assert not page.problems, "\n".join(page.problems)
+
+
+_BUTTONS = re.compile(r'(<div class="ddp-quiz-choices"[^>]*>)(.*?)(</div>)', re.S)
+
+
+def _reverse_first_question(page_html: str) -> str:
+    """The same quiz with question 1's buttons in the opposite order (as if the order had changed)."""
+    def flip(m):
+        buttons = re.findall(r"<button .*?</button>", m.group(2), re.S)
+        return m.group(1) + "".join(reversed(buttons)) + m.group(3)
+    return _BUTTONS.sub(flip, page_html, count=1)
+
+
+def test_restored_answer_is_the_same_choice_not_the_same_position(chromium, tmp_path: Path):
+    name = "01_structure"
+    body = quiz.to_html(name, quiz.load(name, QUIZ_BANK))
+    page_file = tmp_path / "quiz.html"
+    page_file.write_text(f'<!doctype html><html lang="ko"><meta charset="utf-8"><body>{body}</body></html>', encoding="utf-8")
+    context = chromium.new_context(service_workers="block")
+    try:
+        with serve(tmp_path) as url:
+            page = context.new_page()
+            problems = []
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.goto(url + "quiz.html", wait_until="load")
+            first = page.locator(".ddp-quiz-q").first
+            buttons = first.locator(".ddp-quiz-choice")
+            # a wrong choice at either end, so reversing the order really moves it
+            end = next(i for i in (0, buttons.count() - 1) if buttons.nth(i).get_attribute("data-correct") == "0")
+            wrong = buttons.nth(end)
+            choice, text = wrong.get_attribute("data-choice"), wrong.inner_text()
+            wrong.click()
+            assert "오답입니다" in poll(lambda: first.locator(".ddp-quiz-feedback").inner_text(), lambda t: "오답" in t)
+
+            page_file.write_text(_reverse_first_question(page_file.read_text(encoding="utf-8")), encoding="utf-8")
+            page.reload(wait_until="load")
+            marked = poll(lambda: first.locator(".ddp-quiz-choice.is-wrong, .ddp-quiz-choice.is-correct").count(),
+                          lambda n: n == 1)
+            assert marked == 1, "새로고침 후 복원된 답이 없습니다."
+            assert buttons.nth(end).get_attribute("data-choice") != choice, "순서를 바꾼 페이지가 그대로입니다."
+            restored = first.locator('.ddp-quiz-choice[aria-pressed="true"]')
+            assert restored.get_attribute("data-choice") == choice and restored.inner_text() == text, (
+                "순서가 바뀐 페이지에서 다른 보기가 복원되었습니다(화면 위치가 아니라 보기로 기억해야 합니다).")
+            assert "is-wrong" in restored.get_attribute("class")
+            assert "오답입니다" in first.locator(".ddp-quiz-feedback").inner_text()
+            assert not problems, problems
+    finally:
+        context.close()

@@ -1,6 +1,6 @@
 """Sphinx extension: the ``{quiz-progress}`` directive, a table of the reader's quiz progress.
 
-The quizzes (``book/quizzes/*.yml``, rendered by ``labs.quiz``) store each answer in the
+The quizzes (``book/quizzes/*.yml``, the ``quiz_bank_dir`` setting; rendered by ``labs.quiz``) store each answer in the
 browser's localStorage under one key; this table reads the same key and shows, per chapter,
 how many questions were answered and answered correctly. It needs no kernel and no network.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -52,7 +53,7 @@ def _render(app: Sphinx, docname: str) -> str:
     from labs.quiz import STORAGE_KEY, load_all
 
     rows = []
-    for name, questions in load_all().items():
+    for name, questions in load_all(Path(app.srcdir) / app.config.quiz_bank_dir).items():
         chapter = f"book/{name}"
         title = app.env.titles[chapter].astext() if chapter in app.env.titles else name
         href = app.builder.get_relative_uri(docname, chapter) if chapter in app.env.found_docs else "#"
@@ -87,6 +88,8 @@ def _merge(app: Sphinx, env, docnames, other) -> None:
 
 
 def setup(app: Sphinx) -> dict:
+    # The book's quiz bank, relative to the book's root (labs.quiz does not know where the book keeps it).
+    app.add_config_value("quiz_bank_dir", "book/quizzes", "env")
     app.connect("env-get-outdated", _always_rewrite)
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)

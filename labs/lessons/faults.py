@@ -60,5 +60,7 @@ LAB = Lab(
     default_nproc=3,
     params={"mode": Choice("none", MODES, help="고장 종류"),
             "fault_rank": Int(2, min=0, max=MAX_CPU_RANKS - 1, help="고장 낼 랭크")},
+    record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host", "sum"}),
+    data_keys=frozenset({"expected_sum"}),
     validate=validate,
 )

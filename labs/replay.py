@@ -1,0 +1,74 @@
+"""Run each lab once per `make test`: the book build records every run, the tests replay them.
+
+`make book` executes every chapter, and so every lab, on real ranks. With ``LABS_RECORD_DIR`` set,
+:func:`labs.run` also saves what the ranks returned (or the error the launcher raised). With
+``LABS_REPLAY_DIR`` set, a later call with the *same* lab, N, backend, parameters and lab source
+code gets those rank records back instead of spawning again; the lesson's ``summarize`` still runs on
+them, so every check is evaluated by the current code. `make test` sets both for the notebook
+execution (`pytest --nbval`) and the lesson tests, which then cost what their Python costs, not what
+the labs cost. The launcher's own tests and every call with other inputs run for real. Nothing is
+recorded or replayed unless these variables are set: a reader's `labs.run` always runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RECORD_ENV = "LABS_RECORD_DIR"
+REPLAY_ENV = "LABS_REPLAY_DIR"
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A hash of every source file of the ``labs`` package and the torch version."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256(torch.__version__.encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def run_key(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float) -> str:
+    text = json.dumps([lab, nproc, backend, sorted(params.items()), timeout, code_digest()], default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _path(env: str, lab: str, key: str) -> Path | None:
+    """``<dir>/<code digest>/<lab>-<key>.pkl``: one folder per version of the labs' code."""
+    folder = os.environ.get(env)
+    return Path(folder) / code_digest()[:16] / f"{lab}-{key}.pkl" if folder else None
+
+
+def load(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float) -> dict | None:
+    """The recorded outcome ``{"records": [...], "wall_seconds": s}`` or ``{"error": exc}``, if any."""
+    path = _path(REPLAY_ENV, lab, run_key(lab, nproc, backend, params, timeout))
+    if path is None or not path.exists():
+        return None
+    with path.open("rb") as f:
+        return pickle.load(f)
+
+
+def save(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float, outcome: dict) -> None:
+    """Record an outcome when ``LABS_RECORD_DIR`` is set (written atomically: builds may overlap)."""
+    path = _path(RECORD_ENV, lab, run_key(lab, nproc, backend, params, timeout))
+    if path is None:
+        return
+    if not path.parent.exists():  # a new version of the code: earlier versions' records are stale
+        for stale in path.parent.parent.glob("*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        pickle.dump(outcome, f)
+    tmp.replace(path)

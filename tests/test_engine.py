@@ -1,0 +1,78 @@
+"""The engine's contract with a lesson: typed records, a Summary, checks that say what they compare."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import labs
+from labs.registry import Lab
+from labs.result import (Summary, check_at_least, check_at_most, check_close, check_equal, check_true,
+                         not_applicable)
+
+
+def test_check_kinds_compare_what_they_say():
+    assert check_close("c", 1.05, 1.0, 0.1, "d").ok and not check_close("c", 1.2, 1.0, 0.1, "d").ok
+    assert check_equal("e", [1, 2], [1, 2], "d").ok and not check_equal("e", [1], [1, 2], "d").ok
+    assert check_at_most("m", 3, 3, "d").ok and not check_at_most("m", 3.01, 3, "d").ok
+    assert check_at_least("l", 3, 3, "d").ok and not check_at_least("l", 2.99, 3, "d").ok
+    assert check_true("t", True, 5, "d").ok and not check_true("t", False, 5, "d").ok
+    assert [c.criterion() for c in (check_close("c", 1, 1, 0.5, "d"), check_close("c", 0, 0, 0, "d"),
+                                    check_at_most("m", 1, 2, "d"), check_at_least("l", 3, 2, "d"))] == \
+        ["|값 − 1| ≤ 0.5", "= 0 (정확히)", "≤ 2", "≥ 2"]
+
+
+@pytest.mark.parametrize("missing", [None, math.nan])
+def test_a_check_without_its_measurement_fails(missing):
+    made = [check_close("c", missing, 0.0, 1.0, "d"), check_at_most("m", missing, 1.0, "d"),
+            check_at_least("l", missing, 0.0, "d"), check_equal("e", missing, missing, "d"),
+            check_true("t", True, missing, "d"), check_true("t", None, 1, "d")]
+    assert not any(c.ok for c in made)
+
+
+def test_not_applicable_is_reported_but_never_fails():
+    na = not_applicable("grows_with_size", "크기가 하나뿐이라 비교할 수 없다")
+    result = labs.LabResult("x", 2, "gloo", [], {}, {"grows_with_size": na,
+                                                     "real": check_at_least("real", 1, 0, "d")})
+    assert result.ok and not na.applicable
+    text = result.report()
+    assert "[해당 없음] grows_with_size" in text and "확인 1개 중 1개 통과, 해당 없음 1개" in text
+    assert result.to_dict()["checks"]["grows_with_size"]["applicable"] is False
+
+
+def test_a_result_without_checks_is_not_ok():
+    empty = labs.LabResult("x", 2, "gloo", [], {}, {})
+    assert not empty.ok
+    with pytest.raises(labs.LabCheckFailed):
+        empty.assert_ok()
+
+
+def _lab(summarize, **kw) -> Lab:
+    return Lab(name="toy", description="장난감", rank_fn=lambda ctx: {"v": 1}, summarize=summarize, **kw)
+
+
+def test_the_engine_builds_the_result_and_checks_declared_keys():
+    lab = _lab(lambda ranks, backend, params: Summary({"total": sum(r["v"] for r in ranks)},
+                                                      [check_equal("sum", sum(r["v"] for r in ranks), 2, "d")]),
+               record_keys=frozenset({"v"}), data_keys=frozenset({"total"}))
+    result = lab.finish([{"v": 1}, {"v": 1}], "gloo", {})
+    assert (result.lab, result.world_size, result.backend, result.data, result.ok) == ("toy", 2, "gloo", {"total": 2}, True)
+
+    renamed = _lab(lambda ranks, backend, params: Summary({"totl": 2}, [check_equal("sum", 2, 2, "d")]),
+                   data_keys=frozenset({"total"}))
+    with pytest.raises(TypeError, match="missing \\['total'\\], undeclared \\['totl'\\]"):
+        renamed.finish([{"v": 1}], "gloo", {})
+
+
+def test_a_summary_must_be_a_summary_with_unique_check_names():
+    with pytest.raises(TypeError, match="must return a Summary"):
+        _lab(lambda ranks, backend, params: {"not": "a summary"}).finish([{"v": 1}], "gloo", {})
+    twice = [check_equal("same", 1, 1, "d"), check_equal("same", 2, 2, "d")]
+    with pytest.raises(TypeError, match="duplicate check names"):
+        _lab(lambda ranks, backend, params: Summary({}, twice)).finish([{"v": 1}], "gloo", {})
+
+
+def test_every_lab_declares_record_and_data_keys():
+    undeclared = [name for name, lab in labs.all_labs().items() if lab.record_keys is None or lab.data_keys is None]
+    assert labs.all_labs() and not undeclared, f"labs without declared record/data keys: {undeclared}"

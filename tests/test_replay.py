@@ -1,0 +1,90 @@
+"""labs.replay: a run recorded by the book build is replayed only for the same lab, N, backend,
+parameters, timeout and lab source code, and its checks are computed anew from the records."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import labs
+import labs.launch
+import labs.replay
+from labs.errors import RankFailedError
+from labs.replay import RECORD_ENV, REPLAY_ENV
+
+pytestmark = [pytest.mark.real_ranks, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(RECORD_ENV, str(tmp_path))
+    monkeypatch.setenv(REPLAY_ENV, str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def spawn_counter(monkeypatch):
+    calls = []
+    real = labs.launch.spawn_ranks
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(labs.launch, "spawn_ranks", counting)
+    return calls
+
+
+def recorded_files(folder):
+    return sorted(p.name for p in folder.rglob("*.pkl"))
+
+
+def test_same_inputs_replay_other_inputs_run(runs_dir, spawn_counter):
+    first = labs.run("faults", nproc=2)
+    again = labs.run("faults", nproc=2)
+    other_n = labs.run("faults", nproc=3)
+    other_param = labs.run("faults", nproc=2, fault_rank=1)
+
+    assert spawn_counter == ["faults", "faults", "faults"]  # the second call did not spawn
+    assert not first.replayed and again.replayed and not other_n.replayed and not other_param.replayed
+    assert again.ranks == first.ranks and again.wall_seconds == first.wall_seconds
+    assert again.report() == first.report()
+    assert len(recorded_files(runs_dir)) == 3
+
+
+def test_changed_lab_code_is_never_replayed(runs_dir, spawn_counter, monkeypatch):
+    labs.run("faults", nproc=2)
+    monkeypatch.setattr(labs.replay, "code_digest", lambda: "another version of labs/")
+    assert not labs.run("faults", nproc=2).replayed
+    assert len(spawn_counter) == 2
+
+
+def test_checks_are_computed_anew_from_the_records(runs_dir, spawn_counter):
+    labs.run("faults", nproc=2)
+    [path] = list(runs_dir.rglob("*.pkl"))
+    outcome = pickle.loads(path.read_bytes())
+    outcome["records"][1]["sum"] = 4.0  # a record the real all_reduce could not have produced
+    path.write_bytes(pickle.dumps(outcome))
+
+    replayed = labs.run("faults", nproc=2)
+    assert replayed.replayed and not replayed.ok
+    assert [c.name for c in replayed.failed()] == ["all_reduce_sum"]
+
+
+def test_a_recorded_error_is_raised_again_without_spawning(runs_dir, spawn_counter):
+    with pytest.raises(RankFailedError) as first:
+        labs.run("faults", nproc=2, mode="raise", fault_rank=1, timeout=30)
+    with pytest.raises(RankFailedError) as again:
+        labs.run("faults", nproc=2, mode="raise", fault_rank=1, timeout=30)
+    assert len(spawn_counter) == 1
+    assert str(again.value) == str(first.value) and again.value.rank == 1
+
+
+def test_nothing_is_recorded_or_replayed_without_the_variables(tmp_path, spawn_counter, monkeypatch):
+    monkeypatch.delenv(RECORD_ENV, raising=False)
+    monkeypatch.delenv(REPLAY_ENV, raising=False)
+    labs.run("faults", nproc=2)
+    labs.run("faults", nproc=2)
+    assert len(spawn_counter) == 2
+    assert not list(tmp_path.rglob("*.pkl"))
