@@ -22,6 +22,11 @@ def run(trap: str, variant: str, nproc: int = 2, **params):
     return labs.run("traps", nproc=nproc, trap=trap, variant=variant, **params)
 
 
+def inner(result) -> list[dict]:
+    """The ranks' own measurements, as each trap's summary function takes them."""
+    return [r["measured"] for r in result.ranks]
+
+
 def failing(summary) -> set[str]:
     return {c.name for c in summary.checks if not c.ok}
 
@@ -57,17 +62,17 @@ def test_no_sync_bug_syncs_every_micro_step(no_sync_runs):
     bug, fix = no_sync_runs["bug"], no_sync_runs["fix"]
     assert bug.ok, bug.report()
     assert fix.ok, fix.report()
-    assert bug.data["all_reduce_per_micro_step"] == [1, 1, 1, 1]  # tiny_mlp: 버킷 하나
-    assert fix.data["all_reduce_per_micro_step"] == [0, 0, 0, 1]
+    assert bug.data["measured"]["all_reduce_per_micro_step"] == [1, 1, 1, 1]  # tiny_mlp: 버킷 하나
+    assert fix.data["measured"]["all_reduce_per_micro_step"] == [0, 0, 0, 1]
     # 통신 횟수만 다르고 결과는 같다: 두 실행의 최종 파라미터가 같다 (독립된 두 실행의 비교)
-    assert traps.max_abs_diff(bug.ranks[0]["params"], fix.ranks[0]["params"]) < 1e-6
+    assert traps.max_abs_diff(bug.ranks[0]["measured"]["params"], fix.ranks[0]["measured"]["params"]) < 1e-6
 
 
 def test_no_sync_checks_catch_the_other_variant(no_sync_runs):
     p = no_sync_runs["bug"].params
-    assert failing(traps.no_sync_summary(no_sync_runs["bug"].ranks, "fix", p)) == {"synced_micro_steps",
+    assert failing(traps.no_sync_summary(inner(no_sync_runs["bug"]), "fix", p)) == {"synced_micro_steps",
                                                                                     "first_grad_still_local"}
-    assert failing(traps.no_sync_summary(no_sync_runs["fix"].ranks, "bug", p)) == {"synced_micro_steps",
+    assert failing(traps.no_sync_summary(inner(no_sync_runs["fix"]), "bug", p)) == {"synced_micro_steps",
                                                                                     "first_grad_already_averaged"}
 
 
@@ -76,22 +81,22 @@ def test_no_sync_checks_catch_the_other_variant(no_sync_runs):
 def test_unused_bug_raises_the_reducer_error_after_a_silent_first_step(unused_runs):
     bug = unused_runs["bug"]
     assert bug.ok, bug.report()
-    assert bug.data["error"].startswith(traps.UNUSED_PHRASE)
-    assert "Parameter indices which did not receive grad for rank 0: 4 5" in bug.data["error"]  # aux_head
-    assert bug.data["first_step_all_reduce"] == 0
+    assert bug.data["measured"]["error"].startswith(traps.UNUSED_PHRASE)
+    assert "Parameter indices which did not receive grad for rank 0: 4 5" in bug.data["measured"]["error"]  # aux_head
+    assert bug.data["measured"]["first_step_all_reduce"] == 0
 
 
 def test_unused_fix_counts_the_extra_all_reduce(unused_runs):
     fix = unused_runs["fix"]
     assert fix.ok, fix.report()
-    rows = fix.data["rows"]
+    rows = fix.data["measured"]["rows"]
     assert rows["find_unused_parameters"]["all_reduce_per_step"] == [2, 2, 2]
     assert rows["static_graph"]["all_reduce_per_step"][1:] == [1, 1]
-    assert fix.data["n_param_tensors"] == 6
+    assert fix.data["measured"]["n_param_tensors"] == 6
 
 
 def test_unused_checks_fail_on_a_broken_record(unused_runs):
-    bug, fix = copy.deepcopy(unused_runs["bug"].ranks), copy.deepcopy(unused_runs["fix"].ranks)
+    bug, fix = copy.deepcopy(inner(unused_runs["bug"])), copy.deepcopy(inner(unused_runs["fix"]))
     for r in bug:  # 예외가 나지 않았고 복제본이 같았다면
         r["runs"]["default"]["error"] = ""
         r["runs"]["default"]["params_after_first"] = bug[0]["runs"]["default"]["params_after_first"]
@@ -108,17 +113,17 @@ def test_unused_checks_fail_on_a_broken_record(unused_runs):
 def test_eval_rank0_bug_hangs_and_names_each_rank(no_leftover_children):
     bug = traps.observe("eval_rank0", "bug")
     assert bug.ok, bug.report()
-    assert bug.data["kind"] == "hang"
-    assert sorted(bug.data["where"]) == [0, 1]
-    assert "eval_rank0_rank" in bug.data["where"][1]  # 랭크 1은 barrier 줄에서 기다린다
-    assert f"제한 시간 {traps.HANG_TIMEOUT:g}초" in bug.data["message"]
+    assert bug.data["measured"]["kind"] == "hang"
+    assert sorted(bug.data["measured"]["where"]) == [0, 1]
+    assert "eval_rank0_rank" in bug.data["measured"]["where"][1]  # 랭크 1은 barrier 줄에서 기다린다
+    assert f"제한 시간 {traps.HANG_TIMEOUT:g}초" in bug.data["measured"]["message"]
     no_leftover_children()
 
 
 def test_eval_rank0_fix_two_ways_agree():
     fix = run("eval_rank0", "fix")
     assert fix.ok, fix.report()
-    assert abs(fix.data["module_loss"] - fix.data["all_ranks_loss"]) < 1e-6
+    assert abs(fix.data["measured"]["module_loss"] - fix.data["measured"]["all_ranks_loss"]) < 1e-6
 
 
 # ----------------------------------------------------------------------------- 4. set_epoch
@@ -126,10 +131,10 @@ def test_eval_rank0_fix_two_ways_agree():
 def test_set_epoch(epoch_runs):
     bug, fix = epoch_runs["bug"], epoch_runs["fix"]
     assert bug.ok and fix.ok, bug.report() + fix.report()
-    assert bug.data["repeated_global_batches"] == bug.data["compared_global_batches"] > 0
-    assert fix.data["repeated_global_batches"] < fix.data["compared_global_batches"]
-    assert failing(traps.set_epoch_summary(bug.ranks, "fix", bug.params)) == {"distinct_epoch_orders"}
-    assert failing(traps.set_epoch_summary(fix.ranks, "bug", fix.params)) == {"distinct_epoch_orders"}
+    assert bug.data["measured"]["repeated_global_batches"] == bug.data["measured"]["compared_global_batches"] > 0
+    assert fix.data["measured"]["repeated_global_batches"] < fix.data["measured"]["compared_global_batches"]
+    assert failing(traps.set_epoch_summary(inner(bug), "fix", bug.params)) == {"distinct_epoch_orders"}
+    assert failing(traps.set_epoch_summary(inner(fix), "bug", fix.params)) == {"distinct_epoch_orders"}
 
 
 # ----------------------------------------------------------------------------- 5. a collective only rank 0 calls
@@ -139,17 +144,17 @@ def test_partial_collective_bug_plain_and_detail(no_leftover_children):
     [detail] = traps.observe_isolated("partial_collective", "bug")
     assert plain.ok, plain.report()
     assert detail.ok, detail.report()
-    assert plain.data["kind"] == "crash" and plain.data["exitcode"] == -6  # gloo이 C++ 예외로 abort
-    assert "Is there a distributed collective mismatch in your code?" in plain.data["stderr"]
-    assert detail.data["kind"] == "error"
-    assert "TensorShape=[2]" in detail.data["message"] or "TensorShape=[8, 4]" in detail.data["message"]
+    assert plain.data["measured"]["kind"] == "crash" and plain.data["measured"]["exitcode"] == -6  # gloo이 C++ 예외로 abort
+    assert "Is there a distributed collective mismatch in your code?" in plain.data["measured"]["stderr"]
+    assert detail.data["measured"]["kind"] == "error"
+    assert "TensorShape=[2]" in detail.data["measured"]["message"] or "TensorShape=[8, 4]" in detail.data["measured"]["message"]
     no_leftover_children()
 
 
 def test_partial_collective_fix():
     fix = run("partial_collective", "fix")
     assert fix.ok, fix.report()
-    assert all(v is not None for v in fix.data["logged"])
+    assert all(v is not None for v in fix.data["measured"]["logged"])
 
 
 # ----------------------------------------------------------------------------- 6. different models
@@ -157,7 +162,7 @@ def test_partial_collective_fix():
 def test_shape_bug_error_and_fix():
     bug = traps.observe("shape", "bug")
     assert bug.ok, bug.report()
-    assert bug.data["rank"] == 1 and "sizes [9, 4]" in bug.data["message"]
+    assert bug.data["measured"]["rank"] == 1 and "sizes [9, 4]" in bug.data["measured"]["message"]
     fix = run("shape", "fix")
     assert fix.ok, fix.report()
 
@@ -181,9 +186,9 @@ def test_outcome_checks_fail_when_the_bug_stops_failing():
 def test_lr_scaling(lr_runs):
     bug, fix = lr_runs["bug"], lr_runs["fix"]
     assert bug.ok and fix.ok, bug.report() + fix.report()
-    assert bug.data["baseline"] == fix.data["baseline"]  # 같은 기준 학습
-    assert failing(traps.lr_scaling_summary(bug.ranks, "fix", bug.params)) == {"final_loss_vs_single"}
-    assert failing(traps.lr_scaling_summary(fix.ranks, "bug", fix.params)) == {"final_loss_vs_single"}
+    assert bug.data["measured"]["baseline"] == fix.data["measured"]["baseline"]  # 같은 기준 학습
+    assert failing(traps.lr_scaling_summary(inner(bug), "fix", bug.params)) == {"final_loss_vs_single"}
+    assert failing(traps.lr_scaling_summary(inner(fix), "bug", fix.params)) == {"final_loss_vs_single"}
 
 
 def test_learning_rate_schedule():
@@ -197,10 +202,10 @@ def test_seed(seed_runs):
     bug, fix = seed_runs["bug"], seed_runs["fix"]
     assert bug.ok and fix.ok, bug.report() + fix.report()
     b = bug.params["per_rank_batch"]
-    assert set(bug.data["distinct_masks"]) == {b}
-    assert failing(traps.seed_summary(bug.ranks, "fix", bug.params)) == {"distinct_masks_in_global_batch",
+    assert set(bug.data["measured"]["distinct_masks"]) == {b}
+    assert failing(traps.seed_summary(inner(bug), "fix", bug.params)) == {"distinct_masks_in_global_batch",
                                                                         "identical_noise_ranks"}
-    assert failing(traps.seed_summary(fix.ranks, "bug", fix.params)) == {"distinct_masks_in_global_batch",
+    assert failing(traps.seed_summary(inner(fix), "bug", fix.params)) == {"distinct_masks_in_global_batch",
                                                                         "identical_noise_ranks"}
 
 

@@ -519,7 +519,7 @@ SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0":
 def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **p) -> dict:
     if stderr_dir:  # C++ 쪽(gloo)이 프로세스를 끝내기 직전에 쓰는 문장을 observe()가 읽을 수 있게
         _stderr_to(Path(stderr_dir) / f"rank{ctx.rank}.txt")
-    return {"trap": trap, "variant": variant, **RANK_FNS[trap](ctx, variant, p)}
+    return {"trap": trap, "variant": variant, "measured": RANK_FNS[trap](ctx, variant, p)}
 
 
 def _stderr_to(path: Path) -> None:
@@ -529,7 +529,13 @@ def _stderr_to(path: Path) -> None:
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
-    return SUMMARIES[params["trap"]](ranks, params["variant"], params)
+    """Each trap's summary of what its ranks measured, under one record shape for every trap."""
+    trap, variant = params["trap"], params["variant"]
+    inner = SUMMARIES[trap]([r["measured"] for r in ranks], variant, params)
+    return Summary({"trap": trap, "variant": variant, "measured": inner.data}, inner.checks)
+
+
+KEYS = frozenset({"trap", "variant", "measured"})  # 함정마다 재는 것이 달라 그 내용은 "measured" 아래에 둔다
 
 
 def validate(params: dict, world_size: int) -> None:
@@ -546,6 +552,8 @@ LAB = Lab(
     chapter=10,
     default_nproc=2,
     validate=validate,
+    record_keys=KEYS,
+    data_keys=KEYS,
     params={"trap": Choice("no_sync", TRAPS, help="함정 이름"),
             "variant": Choice("bug", VARIANTS, help="bug: 함정 그대로, fix: 고친 코드"),
             "micro_steps": Int(4, min=1, max=64, help="no_sync: 누적할 마이크로 스텝 수 K"),
@@ -636,13 +644,14 @@ def _rank_stderr(folder: Path) -> str:
 def outcome_result(trap: str, variant: str, nproc: int, outcome: dict, params: dict) -> LabResult:
     backend = resolve_backend("auto", nproc)
     checks = outcome_checks(trap, outcome, backend)
-    return LabResult("traps", nproc, backend, [], outcome, {c.name: c for c in checks}, params)
+    data = {"trap": trap, "variant": variant, "measured": outcome}
+    return LabResult("traps", nproc, backend, [], data, {c.name: c for c in checks}, params)
 
 
 _CHILD = ("import json, sys; from labs.lessons.traps import observe\n"
           "if __name__ == '__main__':\n"
           "    r = observe(*json.loads(sys.argv[1]), **json.loads(sys.argv[2]))\n"
-          "    print('RESULT ' + json.dumps(r.data))")
+          "    print('RESULT ' + json.dumps(r.data['measured']))")
 
 
 def observe_isolated(trap: str, variant: str, debug_levels=("DETAIL",), nproc: int = 2,

@@ -10,12 +10,17 @@ from IPython.display import HTML
 
 from . import html_table, rank_color
 
+def measured(result) -> dict:
+    """What a ``traps`` run measured (its data keeps it under ``measured``, the same for every trap)."""
+    return result.data["measured"]
+
+
 KIND_WORDS = {"hang": "멈춤(제한 시간 초과)", "error": "예외", "crash": "프로세스가 죽음", "ok": "정상 종료"}
 
 
 def outcome_panel(result) -> HTML:
     """What the launcher saw for a bug that did not finish: kind, time, each rank's position, the real text."""
-    d = result.data
+    d = measured(result)
     rows = [f"<tr><th scope='row'>결과</th><td>{html.escape(KIND_WORDS.get(d['kind'], d['kind']))}</td></tr>",
             f"<tr><th scope='row'>걸린 시간</th><td>{d.get('elapsed', 0):.1f}초 (실행을 시작해 런처가 끝낼 때까지)</td></tr>"]
     for rank, where in sorted(d.get("where", {}).items()):
@@ -27,16 +32,16 @@ def outcome_panel(result) -> HTML:
 
 
 def micro_step_table(bug, fix):
-    counts = zip(bug.data["all_reduce_per_micro_step"], fix.data["all_reduce_per_micro_step"])
+    counts = zip(measured(bug)["all_reduce_per_micro_step"], measured(fix)["all_reduce_per_micro_step"])
     rows = [[i + 1, b, f] for i, (b, f) in enumerate(counts)]
-    rows.append(["합계", bug.data["total_all_reduce"], fix.data["total_all_reduce"]])
+    rows.append(["합계", measured(bug)["total_all_reduce"], measured(fix)["total_all_reduce"]])
     return html_table(["마이크로 스텝", "버그: 순전파가 no_sync() 밖", "고침: 순전파도 no_sync() 안"], rows,
                       caption="마이크로 스텝마다 실제로 일어난 All-Reduce 수 (프로파일러로 셈, 랭크 0)")
 
 
 def unused_cost_table(fix):
     rows = []
-    for name, row in fix.data["rows"].items():
+    for name, row in measured(fix)["rows"].items():
         for step, (count, items) in enumerate(zip(row["all_reduce_per_step"], row["items_per_step"])):
             what = ", ".join(f"{numel}칸 {dtype}" for numel, dtype in items)
             rows.append([f"{name}=True", step + 1, count, what])
@@ -47,7 +52,7 @@ def unused_cost_table(fix):
 def epoch_order_table(bug, fix, first: int = 8):
     rows = []
     for name, result in (("set_epoch 없음", bug), ("set_epoch(epoch)", fix)):
-        for epoch, order in enumerate(result.data["orders_rank0"]):
+        for epoch, order in enumerate(measured(result)["orders_rank0"]):
             rows.append([name, epoch, " ".join(str(i) for i in order[:first]) + " …"])
     return html_table(["코드", "에폭", f"랭크 0이 받는 샘플 번호 (앞 {first}개)"], rows,
                       caption="DistributedSampler가 에폭마다 랭크 0에 주는 순서 (실제 DataLoader에서 읽은 값)")
@@ -71,25 +76,25 @@ def _shorten(text: str) -> str:
 
 def detail_lines(result):
     """The DETAIL message cut into its parts, each with what it says."""
-    message = result.data.get("message", "")
+    message = measured(result).get("message", "")
     rows = []
     for pattern, meaning in DETAIL_PARTS:
         found = re.search(pattern, message, flags=re.S)
         if found:
             rows.append([_shorten(found.group(1)).strip(), meaning])
     return html_table(["예외 문장의 부분 (실제 출력, TensorOptions는 장치만 남김)", "뜻"], rows,
-                      caption=f"TORCH_DISTRIBUTED_DEBUG=DETAIL에서 랭크 {result.data.get('rank')}가 낸 예외, 한 부분씩")
+                      caption=f"TORCH_DISTRIBUTED_DEBUG=DETAIL에서 랭크 {measured(result).get('rank')}가 낸 예외, 한 부분씩")
 
 
 def lr_scaling_figure(bug, fix) -> go.Figure:
     n = bug.world_size
-    epochs = list(range(len(bug.data["curve"])))
+    epochs = list(range(len(measured(bug)["curve"])))
     fig = go.Figure()
-    fig.add_scatter(x=epochs, y=bug.data["baseline"], name="한 프로세스, 배치 B/N, η", mode="lines+markers",
+    fig.add_scatter(x=epochs, y=measured(bug)["baseline"], name="한 프로세스, 배치 B/N, η", mode="lines+markers",
                     line={"color": "#222", "dash": "dot"})
-    fig.add_scatter(x=epochs, y=bug.data["curve"], name=f"N={n}, η 그대로", mode="lines+markers",
+    fig.add_scatter(x=epochs, y=measured(bug)["curve"], name=f"N={n}, η 그대로", mode="lines+markers",
                     line={"color": rank_color(3)})
-    fig.add_scatter(x=epochs, y=fix.data["curve"], name=f"N={n}, {n}η + 워밍업", mode="lines+markers",
+    fig.add_scatter(x=epochs, y=measured(fix)["curve"], name=f"N={n}, {n}η + 워밍업", mode="lines+markers",
                     line={"color": rank_color(2)})
     fig.update_layout(xaxis_title="에폭 (본 데이터 양)", yaxis_title="전체 데이터 손실 (MSE)", height=380,
                       margin={"l": 60, "r": 20, "t": 30, "b": 50}, legend={"orientation": "h", "y": -0.25})
@@ -97,7 +102,7 @@ def lr_scaling_figure(bug, fix) -> go.Figure:
 
 
 def mask_table(bug, fix):
-    rows = [[step + 1, b, f, bug.data["global_batch"]]
-            for step, (b, f) in enumerate(zip(bug.data["distinct_masks"], fix.data["distinct_masks"]))]
+    rows = [[step + 1, b, f, measured(bug)["global_batch"]]
+            for step, (b, f) in enumerate(zip(measured(bug)["distinct_masks"], measured(fix)["distinct_masks"]))]
     return html_table(["스텝", "버그: 모든 랭크 같은 시드", "고침: 데이터 난수는 랭크마다", "전역 배치 샘플 수"], rows,
                       caption="전역 배치 안에서 서로 다른 드롭아웃 마스크의 수 (모든 랭크의 마스크를 모아 셈)")
