@@ -121,6 +121,9 @@ else
   run_one grade-cli "N=2 gloo" -- "$PYTHON" -m labs grade labs/miniddp.py --nproc 2 --backend gloo --timeout "$LAB_TIMEOUT"
 fi
 
+# 10장의 함정: 버그(멈춤·예외·프로세스 종료를 확인)와 고친 코드를 모두. 랭크가 2개 이상이어야 함정이 생긴다.
+run_one traps-all "N=$(( NPROC >= 2 ? NPROC : 2 )) bug+fix" -- "$PYTHON" -m labs.lessons.traps --nproc "$(( NPROC >= 2 ? NPROC : 2 ))"
+
 # 통신 벤치마크: GPU가 여럿이면 전체 크기(4 KB–64 MB), 아니면 --quick
 if (( GPUS >= 2 )); then
   run_one bench-suite "N=$NPROC nccl" -- "$PYTHON" -m labs bench --nproc "$NPROC" --backend nccl --json

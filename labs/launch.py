@@ -228,7 +228,9 @@ def _describe_stack(text: str) -> str:
     frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text)
     if not frames:
         return "스택을 읽지 못함"
-    in_collective = any("distributed_c10d" in f or "torch/distributed" in f for f, _, _ in frames)
+    # DDP's own collectives (buffer broadcast, bucket rebuild) start in C++ from its forward.
+    in_collective = any("distributed_c10d" in f or "torch/distributed" in f or f.endswith("nn/parallel/distributed.py")
+                        for f, _, _ in frames)
     lab_frames = [(f, line, fn) for f, line, fn in frames if "/labs/" in f and not f.endswith("launch.py")]
     f, line, fn = (lab_frames or frames)[0]
     place = f"{Path(f).name} {line}행 {fn}()"

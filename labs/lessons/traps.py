@@ -1,0 +1,717 @@
+"""Chapter 10 lab: DDP broken on purpose, on real ranks, and fixed.
+
+One lab, ``traps``, with a ``trap`` (which mistake) and a ``variant`` (``bug`` or ``fix``). Each
+trap is a small rank function whose lines are the ones the chapter shows, and a summary whose
+checks assert the symptom (for ``bug``) or the repair (for ``fix``), so the book fails if PyTorch
+changes behaviour. A bug that hangs or raises never returns records: :func:`observe` runs the
+lab, catches the launcher's :class:`~labs.errors.LabTimeoutError` or
+:class:`~labs.errors.RankFailedError` and turns what really happened (the rank's exception text,
+each rank's position at the deadline) into checks of the same kind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from ..comms import CollectiveCounter
+from ..context import RankContext, resolve_backend
+from ..errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
+from ..models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..params import Choice, Float, Int, Text, seed
+from ..primitives import max_abs_diff
+from ..registry import Lab
+from ..result import LabResult, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, \
+    not_applicable
+
+TRAPS = ("no_sync", "unused", "eval_rank0", "set_epoch", "partial_collective", "shape", "lr_scaling", "seed")
+VARIANTS = ("bug", "fix")
+# A bug that never returns records: what the launcher must see instead (everything else finishes).
+EXPECTED = {("eval_rank0", "bug"): "hang", ("partial_collective", "bug"): "crash", ("shape", "bug"): "error"}
+HANG_TIMEOUT = 8.0  # seconds: a hang trap is ended by the launcher this long after its ranks start
+# The reducer's own words (torch 2.13): the checks look for them in the captured messages.
+UNUSED_PHRASE = "Expected to have finished reduction in the prior iteration"
+SHAPE_PHRASE = "appears not to match sizes of the same param in process"
+MISMATCH_PHRASE = "Detected mismatch between collectives on ranks"
+GLOO_SIZE_PHRASE = "Received data size doesn't match expected size"
+
+
+def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(model(x), y)
+
+
+def _finished_anyway(trap: str, claim: str) -> Summary:
+    """A bug that should never return records did: the one check says so (and fails)."""
+    return Summary({}, [check_equal("finished", "ok", EXPECTED[(trap, "bug")], claim)])
+
+
+def _gathered_equal(ranks: list[dict], key: str) -> float:
+    """Largest difference of ``key`` (a flat list) between rank 0 and any other rank."""
+    return max(max_abs_diff(r[key], ranks[0][key]) for r in ranks)
+
+
+# ----------------------------------------------------------------------------- 1. no_sync
+
+def micro_step_bug(ddp, x, y, k: int, last: bool) -> None:
+    loss = _loss(ddp, x, y) / k                  # 순전파가 no_sync() 밖에 있다
+    with nullcontext() if last else ddp.no_sync():
+        loss.backward()                           # 역전파만 no_sync() 안에
+
+
+def micro_step_fix(ddp, x, y, k: int, last: bool) -> None:
+    with nullcontext() if last else ddp.no_sync():
+        loss = _loss(ddp, x, y) / k              # 순전파도 no_sync() 안에
+        loss.backward()
+
+
+def no_sync_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    k, b = p["micro_steps"], p["per_rank_batch"]
+    x, y = synthetic_regression(ctx.world_size * k * b, seed=p["seed"])
+    torch.manual_seed(p["seed"])
+    ddp = wrap_ddp(tiny_mlp(), ctx.device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
+    step = micro_step_bug if variant == "bug" else micro_step_fix
+    counts, first_grad = [], []
+    for i in range(k):
+        xb, yb = (t.to(ctx.device) for t in rank_batch(x, y, ctx.rank, ctx.world_size, b, i))
+        with CollectiveCounter() as counter:
+            step(ddp, xb, yb, k, last=i == k - 1)
+        counts.append(counter.counts["all_reduce"])
+        if i == 0:
+            first_grad = flat_gradients(ddp.module).tolist()
+    optimizer.step()
+    return {"all_reduce_per_micro_step": counts, "grad_after_first": first_grad,
+            "params": flat_parameters(ddp.module).tolist()}
+
+
+def no_sync_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    k, n = p["micro_steps"], len(ranks)
+    per_step = [r["all_reduce_per_micro_step"] for r in ranks]
+    synced = sorted({sum(c > 0 for c in counts) for counts in per_step})
+    grad_spread = _gathered_equal(ranks, "grad_after_first")
+    checks = [check_close("replicas_identical", _gathered_equal(ranks, "params"), 0.0, 0.0,
+                          "어느 쪽이든 스텝 뒤 모든 랭크의 파라미터는 같다(최대 절대 차이): 틀리는 것은 통신량이다")]
+    if variant == "bug":
+        checks.insert(0, check_equal("synced_micro_steps", synced, [k],
+                                     f"순전파를 no_sync() 밖에 두면 K={k}개 마이크로 스텝이 모두 All-Reduce한다(동기화한 스텝 수)"))
+        if n > 1 and k > 1:
+            checks.insert(1, check_close("first_grad_already_averaged", grad_spread, 0.0, 0.0,
+                                         "첫 마이크로 스텝 뒤 그래디언트가 이미 모든 랭크에서 같다: 동기화가 일어났다(최대 차이)"))
+    else:
+        checks.insert(0, check_equal("synced_micro_steps", synced, [1],
+                                     "순전파까지 no_sync() 안에 넣으면 마지막 마이크로 스텝만 All-Reduce한다(동기화한 스텝 수)"))
+        if n > 1 and k > 1:
+            checks.insert(1, check_at_least("first_grad_still_local", grad_spread, 1e-6,
+                                            "첫 마이크로 스텝 뒤 그래디언트는 랭크마다 다르다: 아직 로컬이다(최대 차이)"))
+    data = {"all_reduce_per_micro_step": per_step[0], "total_all_reduce": sum(per_step[0])}
+    return Summary(data, checks)
+
+
+# ----------------------------------------------------------------------------- 2. unused parameter
+
+class TwoHeads(nn.Module):
+    """A body and two heads; ``forward`` uses only ``head`` (``aux_head`` never gets a gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+        self.aux_head = nn.Linear(8, 2)  # 쓰지 않는 파라미터
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def train_steps(ddp, optimizer, batches) -> list[dict]:
+    """Plain training steps; per step the loss and the collectives the step issued."""
+    log = []
+    for x, y in batches:
+        with CollectiveCounter() as counter:
+            optimizer.zero_grad()
+            loss = _loss(ddp, x, y)
+            loss.backward()
+        optimizer.step()
+        log.append({"loss": loss.item(), "all_reduce": counter.counts["all_reduce"], "items": counter.items})
+    return log
+
+
+def _batches(ctx: RankContext, p: dict, steps: int) -> list:
+    x, y = synthetic_regression(ctx.world_size * steps * p["per_rank_batch"], seed=p["seed"])
+    return [tuple(t.to(ctx.device) for t in rank_batch(x, y, ctx.rank, ctx.world_size, p["per_rank_batch"], s))
+            for s in range(steps)]
+
+
+UNUSED_CONFIGS = {"bug": {"default": {}},
+                  "fix": {"find_unused_parameters": {"find_unused_parameters": True},
+                          "static_graph": {"static_graph": True}}}
+
+
+def unused_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    batches = _batches(ctx, p, p["steps"])
+    runs = {}
+    for name, kwargs in UNUSED_CONFIGS[variant].items():
+        torch.manual_seed(p["seed"])
+        ddp = wrap_ddp(TwoHeads(), ctx.device, **kwargs)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
+        log, error = train_steps(ddp, optimizer, batches[:1]), ""
+        after_first = flat_parameters(ddp.module).tolist()
+        try:
+            log += train_steps(ddp, optimizer, batches[1:])
+        except RuntimeError as err:  # 리듀서가 두 번째 반복에서 내는 예외: 그 문장 그대로 남긴다
+            error = str(err)
+        runs[name] = {"log": log, "error": error, "params_after_first": after_first,
+                      "params": flat_parameters(ddp.module).tolist(),
+                      "n_param_tensors": len(list(ddp.parameters()))}
+    return {"runs": runs}
+
+
+def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    n, steps = len(ranks), p["steps"]
+    runs = ranks[0]["runs"]
+    checks = []
+    if variant == "bug":
+        run = runs["default"]
+        errors = [r["runs"]["default"]["error"] for r in ranks]
+        checks.append(check_true("reducer_error", all(UNUSED_PHRASE in e for e in errors), len(errors),
+                                 f"두 번째 반복에서 모든 랭크의 리듀서가 '{UNUSED_PHRASE}…' 예외를 낸다(랭크 수)"))
+        checks.append(check_equal("first_step_all_reduce", sorted({r["runs"]["default"]["log"][0]["all_reduce"]
+                                                                    for r in ranks}), [0],
+                                  "첫 반복은 조용히 지나가지만 All-Reduce를 한 번도 하지 않았다(버킷이 끝내 준비되지 않음)"))
+        if n > 1:
+            drift = max(max_abs_diff(r["runs"]["default"]["params_after_first"], run["params_after_first"])
+                        for r in ranks)
+            checks.append(check_at_least("replicas_drift_silently", drift, 1e-6,
+                                         "그래서 첫 스텝 뒤 복제본이 이미 서로 다르다(랭크 간 최대 파라미터 차이)"))
+        data = {"error": errors[0], "first_step_all_reduce": run["log"][0]["all_reduce"]}
+        return Summary(data, checks)
+    rows = {}
+    for name in UNUSED_CONFIGS["fix"]:
+        logs = [r["runs"][name]["log"] for r in ranks]
+        rows[name] = {"all_reduce_per_step": [s["all_reduce"] for s in logs[0]],
+                      "items_per_step": [[(i["numel"], i["dtype"]) for i in s["items"]] for s in logs[0]],
+                      "loss": [s["loss"] for s in logs[0]]}
+        checks.append(check_equal(f"{name}_trains", sorted({len(lg) for lg in logs}), [steps],
+                                  f"{name}=True면 예외 없이 {steps}스텝을 모두 마친다(마친 스텝 수)"))
+        checks.append(check_close(f"{name}_replicas_identical",
+                                  max(max_abs_diff(r["runs"][name]["params"], runs[name]["params"]) for r in ranks),
+                                  0.0, 0.0, f"{name}=True로 학습한 복제본이 모든 랭크에서 같다(최대 절대 차이)"))
+    # find_unused_parameters의 비용: 매 반복 '이번에 쓰인 파라미터' 표(int32, 파라미터 텐서 수만큼)를 한 번 더 All-Reduce한다.
+    n_tensors = runs["find_unused_parameters"]["n_param_tensors"]
+    extra = [[item for item in step if item == (n_tensors, "int32")] for step in
+             rows["find_unused_parameters"]["items_per_step"]]
+    checks.append(check_equal("find_unused_extra_all_reduce", sorted({len(e) for e in extra}), [1],
+                              f"find_unused_parameters=True는 매 반복 int32 {n_tensors}칸짜리 사용 여부 표를 한 번 더 All-Reduce한다(반복당 개수)"))
+    steady_static = rows["static_graph"]["all_reduce_per_step"][1:]
+    steady_find = rows["find_unused_parameters"]["all_reduce_per_step"][1:]
+    if steady_static:
+        checks.append(check_equal("static_graph_saves_after_first", [f - s for f, s in zip(steady_find, steady_static)],
+                                  [1] * len(steady_static),
+                                  "static_graph=True는 첫 반복 뒤로 그 표를 보내지 않는다(반복마다 줄어든 All-Reduce 수)"))
+    return Summary({"rows": rows, "n_param_tensors": n_tensors}, checks)
+
+
+# ----------------------------------------------------------------------------- 3. evaluation on rank 0 only
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    with torch.no_grad():
+        return float(_loss(model, x, y))
+
+
+def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    batches = _batches(ctx, p, p["steps"])
+    xv, yv = (t.to(ctx.device) for t in synthetic_regression(8 * ctx.world_size, seed=p["seed"] + 1))
+    torch.manual_seed(p["seed"])
+    ddp = wrap_ddp(bn_mlp(), ctx.device)  # BatchNorm: 버퍼(running mean/var)가 있는 모델
+    train_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=p["lr"]), batches)
+    if variant == "bug":
+        if ctx.rank == 0:
+            evaluate(ddp, xv, yv)         # 버그: DDP 래퍼로, 랭크 0에서만 평가
+        dist.barrier()                    # 예: 체크포인트를 저장하기 전에 모두 기다린다
+        return {}
+    module_loss = evaluate(ddp.module, xv, yv) if ctx.rank == 0 else None   # 고침 1: 감싸지 않은 모델
+    xs, ys = rank_batch(xv, yv, ctx.rank, ctx.world_size, 8)                 # 고침 2: 모든 랭크가 제 몫을 평가
+    total = torch.tensor([evaluate(ddp, xs, ys) * len(xs), len(xs)], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(total)
+    dist.barrier()
+    return {"module_loss": module_loss, "all_ranks_loss": float(total[0] / total[1]),
+            "params": flat_parameters(ddp.module).tolist()}
+
+
+def eval_rank0_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    if variant == "bug":  # 버그 실행은 끝나지 않는다: observe()가 멈춘 모습을 확인한다
+        return _finished_anyway("eval_rank0", "랭크 0만 DDP 래퍼로 평가하면 끝나지 않아야 한다")
+    a, b = ranks[0]["module_loss"], ranks[0]["all_ranks_loss"]
+    checks = [check_close("same_validation_loss", abs(a - b), 0.0, 1e-6,
+                          "랭크 0의 ddp.module 평가와 모든 랭크가 나눠 한 평가의 손실이 같다(절대 차이)"),
+              check_close("replicas_identical", _gathered_equal(ranks, "params"), 0.0, 0.0,
+                          "평가 뒤에도 복제본은 모든 랭크에서 같다(최대 절대 차이)")]
+    return Summary({"module_loss": a, "all_ranks_loss": b}, checks)
+
+
+# ----------------------------------------------------------------------------- 4. sampler.set_epoch
+
+def epoch_orders(ctx: RankContext, variant: str, p: dict) -> list[list[int]]:
+    dataset = TensorDataset(torch.arange(p["samples"]))
+    sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=p["seed"])
+    loader = DataLoader(dataset, batch_size=p["per_rank_batch"], sampler=sampler)
+    orders = []
+    for epoch in range(p["epochs"]):
+        if variant == "fix":
+            sampler.set_epoch(epoch)      # 고침: 에폭마다 섞는 시드를 바꾼다
+        orders.append([int(i) for (batch,) in loader for i in batch])
+    return orders
+
+
+def set_epoch_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    return {"orders": epoch_orders(ctx, variant, p)}
+
+
+def set_epoch_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    epochs, b = p["epochs"], p["per_rank_batch"]
+    distinct = sorted({len({tuple(o) for o in r["orders"]}) for r in ranks})
+    # 스텝 t의 전역 배치 = 모든 랭크가 스텝 t에 본 샘플의 집합
+    steps = len(ranks[0]["orders"][0]) // b
+    global_batches = [[frozenset(i for r in ranks for i in r["orders"][e][t * b:(t + 1) * b]) for t in range(steps)]
+                      for e in range(epochs)]
+    repeated = sum(global_batches[e][t] == global_batches[0][t] for e in range(1, epochs) for t in range(steps))
+    covered = [sorted(i for r in ranks for i in r["orders"][e]) for e in range(epochs)]
+    checks = [check_true("each_epoch_covers_dataset",
+                         all(set(c) == set(range(p["samples"])) for c in covered), len(covered),
+                         "어느 쪽이든 에폭마다 랭크들이 데이터 전체를 나눠 본다(확인한 에폭 수)")]
+    if variant == "bug":
+        checks.append(check_equal("distinct_epoch_orders", distinct, [1],
+                                  f"set_epoch()를 부르지 않으면 {epochs}개 에폭의 순서가 모두 같다(랭크마다 서로 다른 순서 수)"))
+    else:
+        checks.append(check_equal("distinct_epoch_orders", distinct, [epochs],
+                                  f"set_epoch(epoch)를 부르면 {epochs}개 에폭의 순서가 모두 다르다(서로 다른 순서 수)"))
+    data = {"orders_rank0": ranks[0]["orders"], "repeated_global_batches": repeated,
+            "compared_global_batches": (epochs - 1) * steps}
+    return Summary(data, checks)
+
+
+# ----------------------------------------------------------------------------- 5. a collective only rank 0 calls
+
+def log_loss_bug(ctx: RankContext, loss: float) -> float | None:
+    total = torch.tensor([loss, 1.0], device=ctx.device)
+    if ctx.rank == 0:
+        dist.all_reduce(total)            # 버그: 랭크 0만 집합 통신을 부른다
+        return float(total[0] / total[1])
+    return None
+
+
+def log_loss_fix(ctx: RankContext, loss: float) -> float | None:
+    total = torch.tensor([loss, 1.0], device=ctx.device)
+    dist.all_reduce(total)                # 고침: 모든 랭크가 부르고, 출력만 랭크 0이 한다
+    return float(total[0] / total[1]) if ctx.rank == 0 else None
+
+
+def average_gradients(model: nn.Module, world_size: int) -> None:
+    """Chapter 4's step by hand: every rank all-reduces each gradient and divides by N."""
+    for param in model.parameters():
+        dist.all_reduce(param.grad)
+        param.grad /= world_size
+
+
+def partial_collective_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    # DDP 없이 그래디언트를 손으로 평균한다: torch 2.13 CPU에서 TORCH_DISTRIBUTED_DEBUG=DETAIL이면
+    # DDP 생성자 자체가 segfault하므로(직접 확인), 같은 함정을 DETAIL로도 보여 주려면 이 길이 필요하다.
+    torch.manual_seed(p["seed"])
+    model = tiny_mlp().to(ctx.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=p["lr"])
+    log_loss = log_loss_bug if variant == "bug" else log_loss_fix
+    losses, logged = [], []
+    for x, y in _batches(ctx, p, p["steps"]):
+        optimizer.zero_grad()
+        loss = _loss(model, x, y)
+        loss.backward()
+        average_gradients(model, ctx.world_size)
+        optimizer.step()
+        losses.append(loss.item())
+        logged.append(log_loss(ctx, loss.item()))
+    return {"losses": losses, "logged": logged, "params": flat_parameters(model).tolist()}
+
+
+def partial_collective_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    if variant == "bug":
+        return _finished_anyway("partial_collective", "랭크 0만 all_reduce를 부르면 정상적으로 끝나지 않아야 한다")
+    mean = [sum(r["losses"][s] for r in ranks) / len(ranks) for s in range(p["steps"])]
+    checks = [check_close("logged_mean_loss", max_abs_diff(ranks[0]["logged"], mean), 0.0, 1e-6,
+                          "랭크 0이 찍은 값이 모든 랭크 손실의 평균과 같다(스텝별 최대 차이)"),
+              check_close("replicas_identical", _gathered_equal(ranks, "params"), 0.0, 0.0,
+                          "학습 뒤 복제본이 모든 랭크에서 같다(최대 절대 차이)")]
+    return Summary({"logged": ranks[0]["logged"]}, checks)
+
+
+# ----------------------------------------------------------------------------- 6. different models across ranks
+
+def shape_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    hidden = 8 + ctx.rank if variant == "bug" else 8    # 버그: 랭크마다 다른 은닉층 크기
+    torch.manual_seed(p["seed"] + ctx.rank)               # 초기값은 일부러 랭크마다 다르게
+    model = tiny_mlp(hidden=hidden)
+    before = flat_parameters(model).tolist()
+    ddp = wrap_ddp(model, ctx.device)                      # 생성자가 모양을 맞춰 보고, 랭크 0의 값을 방송한다
+    return {"before": before, "after": flat_parameters(ddp.module).tolist()}
+
+
+def shape_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    if variant == "bug":
+        return _finished_anyway("shape", "랭크마다 모양이 다른 모델은 DDP 생성자에서 실패해야 한다")
+    checks = [check_close("identical_after_construction", max(max_abs_diff(r["after"], ranks[0]["before"])
+                                                               for r in ranks), 0.0, 0.0,
+                          "DDP 생성 직후 모든 랭크의 파라미터가 랭크 0의 초기값과 같다(최대 절대 차이)")]
+    if len(ranks) > 1:
+        checks.append(check_at_least("different_before", _gathered_equal(ranks, "before"), 1e-6,
+                                     "감싸기 전에는 랭크마다 초기값이 달랐다(최대 차이): 같아진 것은 방송 덕분이다"))
+    return Summary({}, checks)
+
+
+# ----------------------------------------------------------------------------- 7. more ranks, same lr
+
+def learning_rate(variant: str, base_lr: float, world_size: int, step: int, warmup_steps: int) -> float:
+    if variant == "bug":
+        return base_lr                                    # 버그: 랭크 수를 바꿔도 η 그대로
+    target = base_lr * world_size                         # 고침: 선형 스케일링 Nη
+    if step < warmup_steps:                               # + 워밍업: η에서 Nη까지 선형으로
+        return base_lr + (target - base_lr) * (step + 1) / warmup_steps
+    return target
+
+
+def _full_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float(_loss(model, x, y))
+
+
+def _train_epochs(model, x, y, p: dict, world_size: int, rank: int, variant: str) -> list[float]:
+    """SGD over ``epochs`` passes of a per-epoch shuffle shared by all ranks; full-data loss after each epoch."""
+    b, step, curve = p["per_rank_batch"], 0, [_full_loss(model, x, y)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=p["lr"])
+    for epoch in range(p["epochs"]):
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(p["seed"] + epoch))
+        xe, ye = x[order], y[order]
+        for s in range(len(x) // (b * world_size)):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(variant, p["lr"], world_size, step, p["warmup_steps"])
+            xb, yb = rank_batch(xe, ye, rank, world_size, b, s)
+            optimizer.zero_grad()
+            _loss(model, xb, yb).backward()
+            optimizer.step()
+            step += 1
+        curve.append(_full_loss(model, x, y))
+    return curve
+
+
+def lr_scaling_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    x, y = synthetic_regression(p["samples"], seed=p["seed"])
+    torch.manual_seed(p["seed"])
+    model = tiny_mlp()
+    baseline = None
+    if ctx.rank == 0:  # 기준: 한 프로세스, 배치 B/N, 학습률 η (다른 랭크를 기다리지 않는다)
+        single = tiny_mlp()
+        single.load_state_dict(model.state_dict())
+        baseline = _train_epochs(single, x, y, p, 1, 0, "bug")
+    ddp = wrap_ddp(model, ctx.device)
+    curve = _train_epochs(ddp, x.to(ctx.device), y.to(ctx.device), p, ctx.world_size, ctx.rank, variant)
+    return {"curve": curve, "baseline": baseline, "params": flat_parameters(model).tolist()}
+
+
+def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    n = len(ranks)
+    curve, baseline = ranks[0]["curve"], ranks[0]["baseline"]
+    ratio = curve[-1] / baseline[-1]
+    checks = [check_close("replicas_identical", _gathered_equal(ranks, "params"), 0.0, 1e-6,
+                          "학습 뒤 복제본이 모든 랭크에서 같다(최대 절대 차이)")]
+    if n == 1:
+        checks.append(not_applicable("final_loss_vs_single", "N=1이면 기준과 같은 학습이라 비교할 것이 없다"))
+    elif variant == "bug":
+        checks.append(check_at_least("final_loss_vs_single", ratio, 1.2,
+                                     f"η를 그대로 두면 같은 에폭 뒤 손실이 한 프로세스(배치 B/N)보다 크다: 스텝이 {n}배 적다(손실 비율)"))
+    else:
+        checks.append(check_close("final_loss_vs_single", ratio, 1.0, 0.15,
+                                  f"η를 {n}배로 키우고 워밍업하면 같은 에폭 뒤 손실이 한 프로세스와 비슷하다(손실 비율)"))
+    return Summary({"curve": curve, "baseline": baseline, "final_ratio": ratio}, checks)
+
+
+# ----------------------------------------------------------------------------- 8. the same seed for data randomness
+
+class DropoutMLP(nn.Module):
+    """Dropout on the inputs, then the perceptron; the last dropout mask is kept for inspection."""
+
+    def __init__(self, in_features: int):
+        super().__init__()
+        self.dropout = nn.Dropout(0.5)
+        self.net = tiny_mlp(in_features=in_features)
+        self.last_mask = None
+
+    def forward(self, x):
+        dropped = self.dropout(x)
+        self.last_mask = (dropped != 0).to(torch.uint8)
+        return self.net(dropped)
+
+
+def seed_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+    x, y = synthetic_regression(ctx.world_size * p["steps"] * p["per_rank_batch"], in_features=16, seed=p["seed"])
+    torch.manual_seed(p["seed"])                          # 모델 초기화: 모든 랭크가 같은 시드
+    model = DropoutMLP(16)
+    init = flat_parameters(model).tolist()
+    if variant == "fix":
+        torch.manual_seed(p["seed"] + 1 + ctx.rank)       # 고침: 데이터 쪽 난수는 랭크마다 다른 시드
+    ddp = wrap_ddp(model, ctx.device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
+    masks, noises = [], []
+    for s in range(p["steps"]):
+        xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, p["per_rank_batch"], s)
+        noise = 0.1 * torch.randn_like(xb)                # 데이터 증강: 입력에 잡음
+        optimizer.zero_grad()
+        _loss(ddp, (xb + noise).to(ctx.device), yb.to(ctx.device)).backward()
+        optimizer.step()
+        masks.append(model.last_mask.cpu().tolist())
+        noises.append(noise.tolist())
+    return {"init": init, "masks": masks, "noises": noises, "params": flat_parameters(model).tolist()}
+
+
+def seed_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+    n, steps, b = len(ranks), p["steps"], p["per_rank_batch"]
+    # 전역 배치(모든 랭크의 샘플)에서 서로 다른 드롭아웃 마스크 수: 한 프로세스라면 N·(B/N)개
+    distinct = [len({tuple(row) for r in ranks for row in r["masks"][s]}) for s in range(steps)]
+    same_noise = sum(r["noises"] == ranks[0]["noises"] for r in ranks[1:])
+    checks = [check_close("same_initial_model", _gathered_equal(ranks, "init"), 0.0, 0.0,
+                          "모델 초기값은 모든 랭크에서 같다(같은 시드, 최대 차이)"),
+              check_close("replicas_identical", _gathered_equal(ranks, "params"), 0.0, 0.0,
+                          "학습 뒤 복제본이 모든 랭크에서 같다: 데이터 난수가 달라도 그래디언트는 평균된다(최대 차이)")]
+    if n == 1:
+        checks.append(not_applicable("distinct_masks_in_global_batch", "N=1이면 비교할 다른 랭크가 없다"))
+    elif variant == "bug":
+        checks.append(check_equal("distinct_masks_in_global_batch", sorted(set(distinct)), [b],
+                                  f"시드가 같으면 전역 배치 {n * b}개 샘플에 마스크가 {b}개뿐이다: 랭크마다 똑같이 뽑는다(스텝별)"))
+        checks.append(check_equal("identical_noise_ranks", same_noise, n - 1,
+                                  "증강 잡음도 랭크 0과 똑같이 뽑는 랭크 수"))
+    else:
+        checks.append(check_at_least("distinct_masks_in_global_batch", min(distinct), n * b - 1,
+                                     f"랭크마다 시드를 다르게 하면 전역 배치 {n * b}개 샘플의 마스크가 (거의) 모두 다르다(스텝별 최소)"))
+        checks.append(check_equal("identical_noise_ranks", same_noise, 0,
+                                  "증강 잡음이 랭크 0과 똑같은 랭크 수"))
+    return Summary({"distinct_masks": distinct, "global_batch": n * b}, checks)
+
+
+# ----------------------------------------------------------------------------- the lab
+
+RANK_FNS = {"no_sync": no_sync_rank, "unused": unused_rank, "eval_rank0": eval_rank0_rank,
+            "set_epoch": set_epoch_rank, "partial_collective": partial_collective_rank, "shape": shape_rank,
+            "lr_scaling": lr_scaling_rank, "seed": seed_rank}
+SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0": eval_rank0_summary,
+             "set_epoch": set_epoch_summary, "partial_collective": partial_collective_summary,
+             "shape": shape_summary, "lr_scaling": lr_scaling_summary, "seed": seed_summary}
+
+
+def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **p) -> dict:
+    if stderr_dir:  # C++ 쪽(gloo)이 프로세스를 끝내기 직전에 쓰는 문장을 observe()가 읽을 수 있게
+        _stderr_to(Path(stderr_dir) / f"rank{ctx.rank}.txt")
+    return {"trap": trap, "variant": variant, "measured": RANK_FNS[trap](ctx, variant, p)}
+
+
+def _stderr_to(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+    """Each trap's summary of what its ranks measured, under one record shape for every trap."""
+    trap, variant = params["trap"], params["variant"]
+    inner = SUMMARIES[trap]([r["measured"] for r in ranks], variant, params)
+    return Summary({"trap": trap, "variant": variant, "measured": inner.data}, inner.checks)
+
+
+KEYS = frozenset({"trap", "variant", "measured"})  # 함정마다 재는 것이 달라 그 내용은 "measured" 아래에 둔다
+
+
+def validate(params: dict, world_size: int) -> None:
+    if params["trap"] in ("set_epoch", "lr_scaling") and params["samples"] < world_size * params["per_rank_batch"]:
+        raise LabConfigError(f"samples={params['samples']}이(가) 한 스텝의 전역 배치 N·(B/N) = "
+                             f"{world_size * params['per_rank_batch']}보다 작습니다. samples를 늘리거나 per_rank_batch를 줄이세요.")
+
+
+LAB = Lab(
+    name="traps",
+    description="DDP를 일부러 망가뜨리는 함정 8가지(trap)를 실제 랭크에서 재현(variant=bug)하고 고친 모습(fix)을 확인",
+    rank_fn=rank_fn,
+    summarize=summarize,
+    chapter=10,
+    default_nproc=2,
+    validate=validate,
+    record_keys=KEYS,
+    data_keys=KEYS,
+    params={"trap": Choice("no_sync", TRAPS, help="함정 이름"),
+            "variant": Choice("bug", VARIANTS, help="bug: 함정 그대로, fix: 고친 코드"),
+            "micro_steps": Int(4, min=1, max=64, help="no_sync: 누적할 마이크로 스텝 수 K"),
+            "per_rank_batch": Int(4, min=1, max=256, help="랭크당 배치 B/N"),
+            "steps": Int(3, min=2, max=100, help="학습 스텝 수"),
+            "epochs": Int(3, min=2, max=50, help="set_epoch, lr_scaling: 에폭 수"),
+            "samples": Int(64, min=8, max=4096, help="set_epoch, lr_scaling: 데이터셋 크기"),
+            "warmup_steps": Int(4, min=1, max=1000, help="lr_scaling: 워밍업 스텝 수"),
+            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "seed": seed(),
+            "stderr_dir": Text("", help="비어 있지 않으면 랭크마다 표준 오류를 이 폴더의 rankN.txt에 쓴다(observe가 씀)")},
+)
+
+
+# ----------------------------------------------------------------------------- observing a bug that never returns
+
+def exception_message(traceback_text: str) -> str:
+    """The exception's own message from a rank's traceback: from the last ``SomeError:`` line to the end."""
+    lines = traceback_text.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        head = lines[i].split(":", 1)[0]
+        if not lines[i].startswith(" ") and head.endswith(("Error", "Exception")):
+            return "\n".join(lines[i:]).split(": ", 1)[1] if ": " in lines[i] else lines[i]
+    return lines[-1] if lines else ""
+
+
+def outcome_checks(trap: str, outcome: dict, backend: str) -> list:
+    """What the bug must do, read from what the launcher saw."""
+    kind, message, where = outcome["kind"], outcome.get("message", ""), outcome.get("where", {})
+    if trap == "shape":
+        return [check_equal("outcome", kind, "error", "DDP 생성자가 예외를 낸다(결과 종류)"),
+                check_true("shape_message", SHAPE_PHRASE in message, outcome.get("rank"),
+                           f"예외 문장에 '{SHAPE_PHRASE}'가 있다(예외를 낸 랭크)")]
+    if trap == "partial_collective" and outcome.get("debug") == "DETAIL":
+        return [check_equal("outcome", kind, "error", "DETAIL 모드에서는 짝이 안 맞는 집합 통신이 예외가 된다(결과 종류)"),
+                check_true("mismatch_message", MISMATCH_PHRASE in message and "ALLREDUCE" in message,
+                           outcome.get("rank"), f"예외 문장이 '{MISMATCH_PHRASE}'와 연산 종류를 밝힌다(예외를 낸 랭크)")]
+    if trap == "partial_collective":
+        checks = [check_true("not_finished", kind in ("crash", "hang", "error"), kind,
+                             "짝이 안 맞는 all_reduce로는 학습이 정상적으로 끝나지 않는다(결과 종류)")]
+        if backend == "gloo":
+            checks.append(check_true("gloo_size_mismatch", GLOO_SIZE_PHRASE in outcome.get("stderr", ""), kind,
+                                     f"gloo가 받은 바이트 수가 다르다며 프로세스를 멈춘다: '{GLOO_SIZE_PHRASE}'(결과 종류)"))
+        else:
+            checks.append(not_applicable("gloo_size_mismatch", "gloo의 크기 검사 문장은 gloo 백엔드에서만 나온다"))
+        return checks
+    waiting = sorted(r for r, text in where.items() if text.startswith("집합 통신에서"))
+    return [check_equal("outcome", kind, "hang", "끝나지 않고 런처의 제한 시간에 걸린다(결과 종류)"),
+            check_equal("ranks_waiting_in_collective", waiting, sorted(where) or [-1],
+                        "멈춘 랭크가 모두 집합 통신 안에서 서로를 기다린다(그런 랭크 번호)")]
+
+
+def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TIMEOUT, **params) -> LabResult:
+    """Run one trap here; a bug that hangs, raises or kills a rank is recorded as a result whose checks assert it."""
+    from ..launch import run
+
+    expected = EXPECTED.get((trap, variant), "ok")
+    if expected == "ok":
+        return run("traps", nproc=nproc, trap=trap, variant=variant, **params)
+    started = time.perf_counter()
+    stderr_dir = tempfile.TemporaryDirectory(prefix="ddp-traps-stderr-")
+    try:
+        run("traps", nproc=nproc, timeout=timeout if expected == "hang" else 120.0,
+            trap=trap, variant=variant, stderr_dir=stderr_dir.name, **params)
+    except LabTimeoutError as err:
+        outcome = {"kind": "hang", "message": str(err), "where": dict(err.where)}
+    except RankFailedError as err:
+        outcome = {"kind": "error", "rank": err.rank, "message": exception_message(err.traceback_text)}
+    except RankCrashedError as err:
+        outcome = {"kind": "crash", "rank": err.rank, "exitcode": err.exitcode, "message": str(err)}
+    else:
+        outcome = {"kind": "ok"}
+    outcome["elapsed"] = time.perf_counter() - started
+    outcome["stderr"] = _rank_stderr(Path(stderr_dir.name))
+    stderr_dir.cleanup()
+    outcome["debug"] = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
+    return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
+
+
+def _rank_stderr(folder: Path) -> str:
+    """What the ranks wrote to standard error, warnings left out, rank by rank."""
+    lines = []
+    for path in sorted(folder.glob("rank*.txt")):
+        lines += [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip() and "Warning" not in ln]
+    return "\n".join(lines)
+
+
+def outcome_result(trap: str, variant: str, nproc: int, outcome: dict, params: dict) -> LabResult:
+    backend = resolve_backend("auto", nproc)
+    checks = outcome_checks(trap, outcome, backend)
+    data = {"trap": trap, "variant": variant, "measured": outcome}
+    return LabResult("traps", nproc, backend, [], data, {c.name: c for c in checks}, params)
+
+
+_CHILD = ("import json, sys; from labs.lessons.traps import observe\n"
+          "if __name__ == '__main__':\n"
+          "    r = observe(*json.loads(sys.argv[1]), **json.loads(sys.argv[2]))\n"
+          "    print('RESULT ' + json.dumps(r.data['measured']))")
+
+
+def observe_isolated(trap: str, variant: str, debug_levels=("DETAIL",), nproc: int = 2,
+                     timeout: float = HANG_TIMEOUT, **params) -> list[LabResult]:
+    """:func:`observe` in fresh Python processes, one per ``TORCH_DISTRIBUTED_DEBUG`` level, run side by side.
+
+    The variable must be
+    set before the process group exists, and this process's fork server is shared by every lab, so it
+    is set only in the child's environment.
+    """
+    procs = []
+    for level in debug_levels:
+        env = {k: v for k, v in os.environ.items() if k != "TORCH_DISTRIBUTED_DEBUG"}
+        if level is not None:
+            env["TORCH_DISTRIBUTED_DEBUG"] = level
+        procs.append(subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([trap, variant, nproc]),
+                                       json.dumps({"timeout": timeout, **params})],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return [_isolated_result(proc, trap, variant, nproc, timeout, params) for proc in procs]
+
+
+def _isolated_result(proc: subprocess.Popen, trap: str, variant: str, nproc: int, timeout: float, params: dict):
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout + 90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise LabError(f"따로 띄운 파이썬 프로세스가 결과를 남기지 않았습니다 (종료 코드 {proc.returncode}): "
+                       f"{stderr.strip()[-500:]}")
+    outcome = json.loads(line[len("RESULT "):])
+    outcome["where"] = {int(k): v for k, v in outcome.get("where", {}).items()}
+    return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
+
+
+def check_all(nproc: int = 2) -> list[tuple[str, LabResult]]:
+    """Every trap's bug and fix, as the chapter runs them (``labs/gpu_check.sh`` calls this with NCCL)."""
+    from ..launch import run
+
+    results = []
+    for trap in TRAPS:
+        n = min(nproc, 4) if trap == "lr_scaling" else nproc  # 작은 데이터셋: 랭크가 많으면 에폭당 스텝이 너무 적다
+        results.append((f"{trap}/bug", observe(trap, "bug", nproc=n)))
+        if trap == "partial_collective":
+            results += [(f"{trap}/bug DETAIL", r) for r in observe_isolated(trap, "bug", nproc=n)]
+        results.append((f"{trap}/fix", run("traps", nproc=n, trap=trap, variant="fix")))
+    return results
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="10장의 함정 8가지를 bug/fix로 모두 실행하고 확인한다")
+    parser.add_argument("--nproc", type=int, default=2)
+    args = parser.parse_args()
+    failed = 0
+    for label, result in check_all(args.nproc):
+        print(f"== {label} ({result.backend}, N={result.world_size}): {'통과' if result.ok else '실패'}")
+        if not result.ok:
+            failed += 1
+            print(result.report())
+    sys.exit(1 if failed else 0)

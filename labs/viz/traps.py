@@ -1,0 +1,108 @@
+"""Chapter 10 tables and figures: what each trap really did, from the recorded runs."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import plotly.graph_objects as go
+from IPython.display import HTML
+
+from . import html_table, rank_color
+
+def measured(result) -> dict:
+    """What a ``traps`` run measured (its data keeps it under ``measured``, the same for every trap)."""
+    return result.data["measured"]
+
+
+KIND_WORDS = {"hang": "멈춤(제한 시간 초과)", "error": "예외", "crash": "프로세스가 죽음", "ok": "정상 종료"}
+
+
+def outcome_panel(result) -> HTML:
+    """What the launcher saw for a bug that did not finish: kind, time, each rank's position, the real text."""
+    d = measured(result)
+    rows = [f"<tr><th scope='row'>결과</th><td>{html.escape(KIND_WORDS.get(d['kind'], d['kind']))}</td></tr>",
+            f"<tr><th scope='row'>걸린 시간</th><td>{d.get('elapsed', 0):.1f}초 (실행을 시작해 런처가 끝낼 때까지)</td></tr>"]
+    for rank, where in sorted(d.get("where", {}).items()):
+        rows.append(f"<tr><th scope='row'>랭크 {rank}</th><td>{html.escape(where)}</td></tr>")
+    text = d.get("message", "")
+    return HTML(f'<table class="lab-table"><caption>런처가 본 것 (실제 실행에서 잡은 그대로)</caption>'
+                f"<tbody>{''.join(rows)}</tbody></table>"
+                f'<pre class="trap-message">{html.escape(text)}</pre>')
+
+
+def micro_step_table(bug, fix):
+    counts = zip(measured(bug)["all_reduce_per_micro_step"], measured(fix)["all_reduce_per_micro_step"])
+    rows = [[i + 1, b, f] for i, (b, f) in enumerate(counts)]
+    rows.append(["합계", measured(bug)["total_all_reduce"], measured(fix)["total_all_reduce"]])
+    return html_table(["마이크로 스텝", "버그: 순전파가 no_sync() 밖", "고침: 순전파도 no_sync() 안"], rows,
+                      caption="마이크로 스텝마다 실제로 일어난 All-Reduce 수 (프로파일러로 셈, 랭크 0)")
+
+
+def unused_cost_table(fix):
+    rows = []
+    for name, row in measured(fix)["rows"].items():
+        for step, (count, items) in enumerate(zip(row["all_reduce_per_step"], row["items_per_step"])):
+            what = ", ".join(f"{numel}칸 {dtype}" for numel, dtype in items)
+            rows.append([f"{name}=True", step + 1, count, what])
+    return html_table(["설정", "반복", "All-Reduce 수", "보낸 텐서 (원소 수, dtype)"], rows,
+                      caption="쓰지 않는 파라미터를 허용하는 두 방법의 통신 (랭크 0, 프로파일러로 셈)")
+
+
+def epoch_order_table(bug, fix, first: int = 8):
+    rows = []
+    for name, result in (("set_epoch 없음", bug), ("set_epoch(epoch)", fix)):
+        for epoch, order in enumerate(measured(result)["orders_rank0"]):
+            rows.append([name, epoch, " ".join(str(i) for i in order[:first]) + " …"])
+    return html_table(["코드", "에폭", f"랭크 0이 받는 샘플 번호 (앞 {first}개)"], rows,
+                      caption="DistributedSampler가 에폭마다 랭크 0에 주는 순서 (실제 DataLoader에서 읽은 값)")
+
+
+DETAIL_PARTS = (
+    (r"^(Detected mismatch between collectives on ranks\.)", "짝이 안 맞는 집합 통신을 찾았다는 선언. "
+     "DETAIL 모드의 래퍼가 집합 통신마다 먼저 모든 랭크의 CollectiveFingerPrint를 모아 비교한다."),
+    (r"(Rank \d+ is running collective: CollectiveFingerPrint\(.*?\)\)?)(?=, but Rank)",
+     "이 예외를 낸 랭크가 지금 부르는 집합 통신: 순번(SequenceNumber), 종류(OpType), 텐서 모양(TensorShape)과 dtype."),
+    (r"(but Rank \d+ is running collective: CollectiveFingerPrint\(.*?\)\)?)(?=\.Collectives differ)",
+     "상대 랭크가 같은 순간 부르는 집합 통신. 두 기록이 달라서 짝이 맞지 않는다."),
+    (r"(Collectives differ in the following aspects:.*)$", "무엇이 다른지 항목별로: 순번, 연산 종류, 텐서 모양 등."),
+)
+
+
+def _shorten(text: str) -> str:
+    # TensorOptions(...)는 길기만 하고 읽을 것이 없다: 장치만 남긴다.
+    return re.sub(r"TensorOptions\(dtype=[^)]*?device=(\w+)[^)]*\)\)?", r"\1", text)
+
+
+def detail_lines(result):
+    """The DETAIL message cut into its parts, each with what it says."""
+    message = measured(result).get("message", "")
+    rows = []
+    for pattern, meaning in DETAIL_PARTS:
+        found = re.search(pattern, message, flags=re.S)
+        if found:
+            rows.append([_shorten(found.group(1)).strip(), meaning])
+    return html_table(["예외 문장의 부분 (실제 출력, TensorOptions는 장치만 남김)", "뜻"], rows,
+                      caption=f"TORCH_DISTRIBUTED_DEBUG=DETAIL에서 랭크 {measured(result).get('rank')}가 낸 예외, 한 부분씩")
+
+
+def lr_scaling_figure(bug, fix) -> go.Figure:
+    n = bug.world_size
+    epochs = list(range(len(measured(bug)["curve"])))
+    fig = go.Figure()
+    fig.add_scatter(x=epochs, y=measured(bug)["baseline"], name="한 프로세스, 배치 B/N, η", mode="lines+markers",
+                    line={"color": "#222", "dash": "dot"})
+    fig.add_scatter(x=epochs, y=measured(bug)["curve"], name=f"N={n}, η 그대로", mode="lines+markers",
+                    line={"color": rank_color(3)})
+    fig.add_scatter(x=epochs, y=measured(fix)["curve"], name=f"N={n}, {n}η + 워밍업", mode="lines+markers",
+                    line={"color": rank_color(2)})
+    fig.update_layout(xaxis_title="에폭 (본 데이터 양)", yaxis_title="전체 데이터 손실 (MSE)", height=380,
+                      margin={"l": 60, "r": 20, "t": 30, "b": 50}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def mask_table(bug, fix):
+    rows = [[step + 1, b, f, measured(bug)["global_batch"]]
+            for step, (b, f) in enumerate(zip(measured(bug)["distinct_masks"], measured(fix)["distinct_masks"]))]
+    return html_table(["스텝", "버그: 모든 랭크 같은 시드", "고침: 데이터 난수는 랭크마다", "전역 배치 샘플 수"], rows,
+                      caption="전역 배치 안에서 서로 다른 드롭아웃 마스크의 수 (모든 랭크의 마스크를 모아 셈)")
