@@ -26,9 +26,9 @@ def _lab_args(lab: str, params: dict | None) -> str:
     return args
 
 
-def torchrun_one_node(lab: str = "replicas", nproc: int = GPUS_PER_NODE) -> str:
+def torchrun_one_node(lab: str = "replicas", nproc: int = GPUS_PER_NODE, params: dict | None = None) -> str:
     """One node: torchrun starts ``nproc`` ranks (one per GPU); each runs the lab in place."""
-    return f"torchrun --nproc_per_node={nproc} {_lab_args(lab, None)}"
+    return f"torchrun --nproc_per_node={nproc} {_lab_args(lab, params)}"
 
 
 def torchrun_grade(path: str = "labs/miniddp.py", nproc: int = GPUS_PER_NODE) -> str:
@@ -83,6 +83,14 @@ def torchrun_restart_argv(line: str, python: str) -> tuple[list[str], dict[str, 
     if words[0] != "torchrun":
         raise ValueError(f"not a torchrun line: {line!r}")
     return [python, "-m", "torch.distributed.run", *words[1:]], env
+
+
+TRAP_ON_GPU = {"trap": "seed", "variant": "fix"}  # chapter 10: a trap run that ends (no hang, no crash)
+
+
+def page_commands() -> list[str]:
+    """The launch lines the chapters show besides README's (each page renders them from here)."""
+    return [torchrun_restart(), torchrun_grade(), torchrun_one_node("traps", params=TRAP_ON_GPU)]
 
 
 def readme_commands() -> list[str]:

@@ -367,7 +367,7 @@ def test_no_page_types_a_launch_command_of_its_own():
     import json
 
     rendered = (set(commands.readme_commands()) | {c for _, c in commands.lab_commands()}
-                | {commands.torchrun_restart(), commands.torchrun_grade()})
+                | set(commands.page_commands()))
     pages = [REPO / "README.md", *sorted((REPO / "book").glob("*.md"))]
     texts = {p.name: p.read_text(encoding="utf-8") for p in pages}
     for nb in sorted((REPO / "book").glob("*.ipynb")):
