@@ -183,11 +183,13 @@ def test_script_runs_as_one_process(tmp_path):
 
 def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     """The chapter's command: the last rank dies in epoch 3, torchrun restarts once, the result is unchanged."""
-    script = REPO / "labs" / "train_script.py"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
-           str(script), "--epochs", "6", "--ckpt-dir", str(tmp_path / "ckpt"), "--fail-at-epoch", "3"]
-    env = clean_env(TMPDIR=str(tmp_path), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", GLOO_SOCKET_IFNAME="lo")
+    from labs import commands
     from labs.lessons.train import run_command
+
+    line = commands.torchrun_restart(script=str(REPO / "labs" / "train_script.py"), ckpt_dir=str(tmp_path / "ckpt"))
+    cmd, settings = commands.torchrun_restart_argv(line, sys.executable)
+    assert settings == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    env = clean_env(TMPDIR=str(tmp_path), GLOO_SOCKET_IFNAME="lo", **settings)
 
     proc = run_command(cmd, env, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]

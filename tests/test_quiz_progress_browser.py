@@ -8,6 +8,7 @@ Site: ``DDP_SITE_DIR`` (default ``<repo>/_build/html``, built by ``make book``);
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -78,12 +79,12 @@ def progress_row(page, stem: str) -> tuple[str, str]:
 def test_chapter8_quizzes_show_evidence_and_survive_reload(page):
     page.open(CH8)
     assert "정답입니다" in answer(page, "11_myths", 1, correct=True)
-    evidence = answer(page, "08_myths_evidence", 1, correct=True)
+    evidence = answer(page, "11_myths_evidence", 1, correct=True)
     assert "측정 결과" in evidence and re.search(r"\d", evidence), f"오해 판별 퀴즈의 피드백에 측정값이 없습니다: {evidence!r}"
 
     page.reload(wait_until="load")
     assert "정답입니다" in feedback(page, "11_myths", 1), "새로고침 후 8장 퀴즈의 답이 복원되지 않았습니다."
-    assert "측정 결과" in feedback(page, "08_myths_evidence", 1), "새로고침 후 오해 판별 퀴즈의 답이 복원되지 않았습니다."
+    assert "측정 결과" in feedback(page, "11_myths_evidence", 1), "새로고침 후 오해 판별 퀴즈의 답이 복원되지 않았습니다."
 
     page.open(INTRO)
     expected = (f"1 / {questions('11_myths')}", "1")
@@ -156,6 +157,10 @@ def test_restored_answer_is_the_same_choice_not_the_same_position(chromium, tmp_
             assert "오답입니다" in poll(lambda: first.locator(".ddp-quiz-feedback").inner_text(), lambda t: "오답" in t)
 
             page_file.write_text(_reverse_first_question(page_file.read_text(encoding="utf-8")), encoding="utf-8")
+            # the server's Last-Modified has whole seconds: without this, a rewrite within the same second
+            # is answered "304 Not Modified" and the browser shows the old order
+            later = page_file.stat().st_mtime + 5
+            os.utime(page_file, (later, later))
             page.reload(wait_until="load")
             marked = poll(lambda: first.locator(".ddp-quiz-choice.is-wrong, .ddp-quiz-choice.is-correct").count(),
                           lambda n: n == 1)

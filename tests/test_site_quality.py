@@ -3,6 +3,7 @@ and what every chapter page offers (its notebook, the GPU-node command)."""
 
 from __future__ import annotations
 
+import html as html_lib
 import re
 import sys
 from pathlib import Path
@@ -105,11 +106,22 @@ def test_dark_mode_text_is_readable(chromium, site_url, page_path):
 
 @pytest.mark.parametrize("page_path", CHAPTERS)
 def test_chapter_offers_notebook_and_gpu_command(page_path):
+    """Every chapter can be downloaded as a notebook and leads to the GPU commands: its own rendered
+    lines or a link to the appendix, which shows every one of them."""
     html = (require_site() / page_path).read_text(encoding="utf-8")
     stem = Path(page_path).stem
     assert f'_sources/book/{stem}.ipynb"' in html, f"{page_path}: .ipynb 내려받기 링크가 없습니다"
     text = re.sub(r"<[^>]+>", "", html)
-    assert "python -m labs run" in text and "torchrun" in text, f"{page_path}: GPU 노드 실행 명령이 없습니다"
+    has_own = "python -m labs run" in text and "torchrun" in text
+    assert has_own or 'href="appendix_gpu.html' in html, f"{page_path}: GPU 노드 실행 명령도 부록 링크도 없습니다"
+
+
+def test_appendix_shows_every_tested_command():
+    from labs import commands
+
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", (require_site() / "book/appendix_gpu.html").read_text(encoding="utf-8")))
+    missing = [c for c in commands.readme_commands() if c not in text]
+    assert not missing, f"부록에 테스트한 명령이 없습니다: {missing}"
 
 
 def test_every_chapter_has_a_page():

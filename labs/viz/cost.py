@@ -8,9 +8,9 @@ import json
 
 import plotly.graph_objects as go
 
-from ..lessons.cost import bus_factor, model_time, size_label, variant_label
+from ..lessons.cost import IMPLS, bus_factor, model_time, size_label, variant_label
 from ..result import LabResult
-from . import rank_color
+from . import html_table, rank_color
 from .allreduce import calculator_style
 from .internals import _base_layout
 
@@ -292,3 +292,70 @@ _SCALING_JS = """
   update();
 })();
 """
+
+
+# --- 표: 장의 셀마다 한 번 호출 ------------------------------------------------------------------------
+
+_RUN_NOTE = "이번 빌드의 실행 기록"
+
+
+def _paired(ratio: dict) -> str:
+    return f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f})"
+
+
+def fit_table(runs: dict[int, LabResult]):
+    """The cost model's constants per N and implementation, and the size where its two terms are equal."""
+    rows = [[n, name, f"{fit['alpha_s'] * 1e6:.0f}", f"{fit['bandwidth'] / 1e9:.2f}", f"{fit['r2_log']:.3f}",
+             f"{n * fit['alpha_s'] * fit['bandwidth'] / 1024:,.0f} KiB"]
+            for n, r in runs.items() for name, fit in (("all_reduce", r.data["fit"]), ("직접 만든 링", r.data["ring_fit"]))]
+    return html_table(["N", "구현", "α (μs)", "BW (GB/s)", "log t의 R²", "두 항이 같아지는 크기 N·α·BW"], rows,
+                      caption=f"측정값에 맞춘 비용 모델의 상수 (크기마다 가장 빠른 반복, {_RUN_NOTE})")
+
+
+def best_busbw(result: LabResult) -> float:
+    """The highest All-Reduce busbw (GB/s) of a run, from the fastest repeat of each size."""
+    return max(row["size"] / (row["library"]["best_us"] * 1e-6) / 1e9 * result.data["bus_factor"]
+               for row in result.data["rows"])
+
+
+def copy_table(runs: dict[int, LabResult]):
+    """The machine's copy bandwidth beside the best All-Reduce busbw."""
+    rows = [[n, f"{r.data['memcpy']['alone_gbs']:.1f} · {r.data['memcpy']['alone_best_gbs']:.1f}",
+             f"{r.data['memcpy']['together_gbs']:.1f}", f"{best_busbw(r):.2f}",
+             f"{best_busbw(r) / r.data['memcpy']['alone_best_gbs']:.0%}"] for n, r in runs.items()]
+    return html_table(["N", "copy_ 혼자, 중앙값 · 가장 빠른 반복 (GB/s)", "copy_ 모든 랭크 동시, 랭크당 (GB/s)",
+                       "All-Reduce 최고 busbw, 가장 빠른 반복 (GB/s)", "busbw ÷ copy_ (가장 빠른 반복끼리)"], rows,
+                      caption=f"이 기계가 옮길 수 있는 속도와 All-Reduce가 실제로 낸 속도 ({_RUN_NOTE})")
+
+
+def race_table(runs: dict[int, LabResult]):
+    """Library, chapter 4's ring and the pipelined ring, timed in turns at each size."""
+    rows = [[n, size_label(row["size"]), f"{row['library']['time_us']:,.0f}", f"{row['ring']['time_us']:,.0f}",
+             f"{row['pipelined']['time_us']:,.0f}", _paired(row["ring_ratio"]), _paired(row["pipelined_ratio"]),
+             " · ".join(f"{row[impl]['slow_share']:.0%}" for impl in IMPLS)]
+            for n, r in runs.items() for row in r.data["rows"]]
+    return html_table(["N", "크기", "라이브러리 (μs)", "4장의 링 (μs)", "파이프라인 링 (μs)", "링 ÷ 라이브러리",
+                       "파이프라인 ÷ 라이브러리", "느린 반복: 라이브러리 · 링 · 파이프라인"], rows,
+                      caption="같은 크기에서 번갈아 잰 세 구현 (시간은 중앙값, 비율은 busbw의 비율 = 시간의 역비율의 "
+                              f"쌍별 중앙값과 범위, {_RUN_NOTE})")
+
+
+def segment_table(runs: dict[int, LabResult]):
+    """Rank 0's waiting and adding time per view of the ring timeline."""
+    rows = [[n, size_label(line["bytes"]), TIMELINE_VIEWS[view], len(line["segments"]), size_label(line["segment_bytes"]),
+             f"{line['total_us'] / 1e3:,.1f}", f"{line['wait_us'] / 1e3:,.1f}", f"{line['add_us'] / 1e3:,.1f}"]
+            for n, r in runs.items() for view, line in r.data["timeline"].items()]
+    return html_table(["N", "크기", "방식", "받은 세그먼트", "세그먼트 크기", "전체 (ms)", "기다림 합 (ms)", "더하기 합 (ms)"],
+                      rows, caption=f"랭크 0이 All-Reduce 한 번 동안 세그먼트를 기다린 시간과 더한 시간의 합 ({_RUN_NOTE})")
+
+
+def ddp_table(runs: dict[int, LabResult]):
+    """One optimizer step's time and All-Reduce count per DDP variant."""
+    model = next(iter(runs.values())).data["ddp"]
+    rows = [[n, variant_label(row["variant"]), row["micro_steps"], f"{row['step_ms']:.1f}", row["all_reduce"],
+             "—" if row["vs_manual"] is None else f"{row['vs_manual']:.2f}배", f"{row['efficiency']:.0%}"]
+            for n, r in runs.items() for row in r.data["ddp"]["rows"]]
+    return html_table(["N", "방식", "K", "스텝 (ms)", "All-Reduce 횟수", "수동 대비 시간", "효율 (계산 ÷ 스텝)"], rows,
+                      caption=f"한 옵티마이저 스텝의 시간(중앙값)과 그 안의 All-Reduce 횟수 — 모델: 파라미터 "
+                              f"{model['n_params']:,}개({model['model_bytes'] / 2**20:.1f} MiB), 파라미터 텐서 "
+                              f"{model['n_tensors']}개 ({_RUN_NOTE})")
