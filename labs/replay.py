@@ -27,12 +27,19 @@ RECORD_ENV = "LABS_RECORD_DIR"
 REPLAY_ENV = "LABS_REPLAY_DIR"
 
 
+# Modules only the caller runs to present a result (figures, widgets, quizzes, command lines, the CLI):
+# changing them cannot change what the ranks record, so they do not invalidate the recordings.
+PRESENTATION = ("viz/", "widgets/", "quiz.py", "checklist.py", "commands.py", "cli.py", "__main__.py")
+
+
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """A hash of every source file of the ``labs`` package and the torch version."""
+    """A hash of every source file of the ``labs`` package that ranks may run, and the torch version."""
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256(torch.__version__.encode())
     for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix().startswith(PRESENTATION):
+            continue
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

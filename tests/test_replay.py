@@ -4,6 +4,7 @@ parameters, timeout and lab source code, and its checks are computed anew from t
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,23 @@ def test_nothing_is_recorded_or_replayed_without_the_variables(tmp_path, spawn_c
     labs.run("faults", nproc=2)
     assert len(spawn_counter) == 2
     assert not list(tmp_path.rglob("*.pkl"))
+
+
+def test_presentation_code_does_not_invalidate_recordings_but_lesson_code_does(tmp_path, monkeypatch):
+    """The digest covers what ranks run (lessons, models, the engine), not figures or quizzes."""
+    import shutil
+
+    copy = tmp_path / "labs"
+    shutil.copytree(Path(labs.replay.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(labs.replay, "__file__", str(copy / "replay.py"))
+    labs.replay.code_digest.cache_clear()
+    try:
+        before = labs.replay.code_digest()
+        (copy / "viz" / "cost.py").write_text((copy / "viz" / "cost.py").read_text() + "\n# a figure changed\n")
+        labs.replay.code_digest.cache_clear()
+        assert labs.replay.code_digest() == before
+        (copy / "lessons" / "faults.py").write_text((copy / "lessons" / "faults.py").read_text() + "\n# a lesson changed\n")
+        labs.replay.code_digest.cache_clear()
+        assert labs.replay.code_digest() != before
+    finally:
+        labs.replay.code_digest.cache_clear()
