@@ -36,7 +36,7 @@ slurm:
 
 test: book browser slurm
 	LABS_RECORD_DIR=$(LAB_RUNS) LABS_REPLAY_DIR=$(LAB_RUNS) \
-	  $(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider
+	  $(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider --durations=30
 
 serve: book
 	$(BIN)/python -m http.server --directory _build/html 8000
