@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import pickle
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +69,9 @@ def save(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: fl
     path = _path(RECORD_ENV, lab, run_key(lab, nproc, backend, params, timeout))
     if path is None:
         return
-    if not path.parent.exists():  # a new version of the code: earlier versions' records are stale
-        for stale in path.parent.parent.glob("*"):
-            if stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    # One folder per code version, never removed here: a run from another copy of the code (a test's
+    # broken variant, say) must not wipe the book's records. `make clean` empties _build/.
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     with tmp.open("wb") as f:
         pickle.dump(outcome, f)

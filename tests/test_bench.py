@@ -26,7 +26,7 @@ from labs.lessons import cost as bench
 from labs.viz.cost import (allreduce_figure, ddp_step_figure, measured_preset, pipeline_timeline_figure,
                            scaling_calculator)
 
-from conftest import assert_only_these_fail, summarize_again
+from conftest import clean_env, assert_only_these_fail, summarize_again
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -87,7 +87,7 @@ def test_broken_pipelined_ring_is_caught(tmp_path):
     correct = "        if t < n - 1:\n            seg = segments[chunk][k]\n"
     assert correct in ring.read_text()
     ring.write_text(ring.read_text().replace(correct, correct.replace("t < n - 1", "t < n - 1 and k + 1 < len(segments[chunk])")))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = clean_env(PYTHONPATH=str(tmp_path))  # a real run of the broken copy: no lab replay or recording
     out = subprocess.run([sys.executable, "-m", "labs", "run", "bench", "--nproc", "2", "--param", "sizes=64K",
                           "--param", "repeats=1", "--param", "ddp_steps=2"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=200)

@@ -109,3 +109,13 @@ def test_presentation_code_does_not_invalidate_recordings_but_lesson_code_does(t
         assert labs.replay.code_digest() != before
     finally:
         labs.replay.code_digest.cache_clear()
+
+
+def test_a_run_of_other_code_keeps_the_books_records(runs_dir, spawn_counter, monkeypatch):
+    """A test that runs a broken copy of labs/ while recording must not wipe what the book recorded."""
+    labs.run("faults", nproc=2)
+    with monkeypatch.context() as patch:
+        patch.setattr(labs.replay, "code_digest", lambda: "a broken copy of labs/")
+        labs.run("faults", nproc=2)
+    assert labs.run("faults", nproc=2).replayed
+    assert len(spawn_counter) == 2 and len(list(runs_dir.iterdir())) == 2
