@@ -65,7 +65,7 @@ def test_checks_hold(runs, n):
     if n == 1:  # 통신이 없으면 통신에 관한 확인은 해당 없음이다 (실패도, 통과도 아니다)
         assert n_a == NO_COMMUNICATION and result.data["fit"] is None
     elif not result.data["oversubscribed"]:
-        assert n_a == busy  # 기본 크기(4K–4M)로는 (기계가 바쁘지 않으면) 모든 확인이 적용된다
+        assert n_a == busy  # 기본 크기(4K–8M)로는 (기계가 바쁘지 않으면) 모든 확인이 적용된다
     else:
         assert n_a - busy == {"cost_model_fits", "pipelined_vs_library"}
 
@@ -105,9 +105,10 @@ def test_ring_on_four_ranks_and_oversubscribed_race_not_applicable():
 
 @pytest.mark.parametrize("sizes, expect_n_a", [
     ("64K", {"bandwidth_grows_with_size", "cost_model_fits", "pipelined_vs_library"}),  # 크기 하나
-    ("1M 4M", {"bandwidth_grows_with_size", "cost_model_fits"}),  # 작은 크기가 없다
+    ("1M 8M", {"bandwidth_grows_with_size", "cost_model_fits"}),  # 작은 크기가 없다
     ("4K 16K 256K", {"bandwidth_grows_with_size", "cost_model_fits", "pipelined_vs_library"}),  # 큰 크기가 없다
-    ("4K 32K 1M 4M", set()),
+    ("4K 32K 1M 8M", set()),
+    ("4K 32K 1M 4M", {"pipelined_vs_library"}),  # 청크마다 세그먼트가 둘이 되는 크기가 없다
 ])
 def test_user_sizes_never_fail(sizes, expect_n_a):
     """A user's own size list is measured and reported; checks whose premise it lacks are n/a."""
@@ -233,7 +234,7 @@ def test_flat_bandwidth_fails(runs):
 
 def test_times_the_model_cannot_explain_fail_the_fit(runs):
     def tamper(ranks):  # 64K만 100배 빠르다: algbw는 크기와 함께 크지만 t = aS + b의 모양이 아니다
-        times = {4 << 10: 1e-2, 64 << 10: 1e-4, 1 << 20: 1e-2, 4 << 20: 2e-2}  # busbw는 1 GB/s 아래
+        times = {4 << 10: 1e-2, 64 << 10: 1e-4, 1 << 20: 1e-2, 8 << 20: 2e-2}  # busbw는 1 GB/s 아래
         for r in ranks:
             for row in r["allreduce"]:
                 fake = [times[row["bytes"]]] * len(row["library"])

@@ -44,15 +44,15 @@ from ..result import (Check, LabResult, Summary, check_at_least, check_at_most, 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 SIZES_FULL = tuple(k << 10 for k in (4, 16, 64, 256, 1024, 4096, 16384, 65536))
-SIZES_QUICK = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+SIZES_QUICK = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
 CAPS = (0.1, 1.0, 25.0, 100.0)
-FULL = {"sizes": SIZES_FULL, "repeats": 20, "warmup": 5, "memcpy_mb": 256, "ddp_steps": 20}
+FULL = {"sizes": SIZES_FULL, "repeats": 50, "warmup": 5, "memcpy_mb": 256, "ddp_steps": 20}
 QUICK = {"sizes": SIZES_QUICK, "repeats": 5, "warmup": 2, "memcpy_mb": 16, "ddp_steps": 8}
 IMPLS = ("library", "ring", "pipelined")  # 라이브러리, 4장의 링, 세그먼트로 파이프라이닝한 링
 PIPELINE_TARGET = 0.9  # 목표(gloo, CPU, 코어마다 랭크 하나): 16 MiB 이상에서 파이프라인 링 busbw ≥ 라이브러리의 0.9배
 TARGET_FROM = 16 << 20
-PIPELINE_GATE = 0.3  # 빌드 확인: 부하가 큰 이 기계에서 22번 잰 값(4M 이상, 0.54–1.03)의 최솟값보다 한참 아래 (README "성능")
-GATE_FROM = 4 << 20  # 세그먼트(1 MiB)가 청크마다 둘 이상이 되는 크기부터: 그보다 작으면 파이프라인이 없다
+PIPELINE_GATE = 0.3  # 빌드 확인: 부하가 큰 이 기계에서 잰 값들(README "성능")의 최솟값보다 한참 아래
+GATE_FROM = 4 * SEGMENT_BYTES  # N=2에서 청크마다 세그먼트가 둘 이상이 되는 크기부터: 그보다 작으면 파이프라인이 없다
 SMALL = 16 << 10  # 이보다 작거나 같은 메시지는 지연 시간 α가 지배한다 (이 기계: N·α·BW ≈ 수백 KB)
 LARGE = 1 << 20  # 이보다 크거나 같은 메시지는 대역폭이 지배한다
 FIT_MIN_SIZES = 4  # 두 상수를 맞추고 R²를 믿으려면 크기가 적어도 이만큼 필요하다

@@ -35,6 +35,8 @@ from .buckets import Timeline, layer_stack
 
 VARIANTS = ("single", "naive", "flat", "overlap", "buckets", "forward", "ddp")
 OURS = ("naive", "flat", "overlap", "buckets", "forward")
+# 재는 순서: 판정하는 두 단계(버킷과 torch DDP)를 나란히 두어, 한 쌍이 같은 기계 상태를 보게 한다
+TIMING_ORDER = ("single", "naive", "flat", "overlap", "forward", "buckets", "ddp")
 SPEED_BOUND = 1.2  # BucketedDDP의 스텝 시간은 torch DDP의 1.2배 이내 (이슈 #16)
 
 
@@ -146,7 +148,7 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, bucke
     models = {name: build(name, init, ctx, bucket_cap_mb, watch=lambda ps, name=name: clocks.setdefault(name, Timeline(ps)))
               for name in VARIANTS}
     fns = {name: step_fn(name, m, x, y, ctx, per_rank_batch, lr) for name, m in models.items()}
-    seconds = time_calls(fns, ctx.device, 2, repeats)  # 번갈아 재기; 워밍업에 DDP의 버킷 재구성이 들어간다
+    seconds = time_calls({name: fns[name] for name in TIMING_ORDER}, ctx.device, 2, repeats)  # 번갈아 재기; 워밍업에 DDP의 버킷 재구성이 들어간다
     return {
         **ctx.describe(),
         "sizes": [p.numel() * p.element_size() for p in init.parameters()],
@@ -223,7 +225,7 @@ LAB = Lab(
             "per_rank_batch": Int(16, min=1, max=1024, help="랭크당 배치 B/N"),
             "bucket_cap_mb": Float(0.05, min=0.0, max=1024.0, min_open=True, help="4단계와 torch DDP의 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),
-            "repeats": Int(10, min=1, max=500, help="시간을 잴 반복 수"),
+            "repeats": Int(30, min=1, max=500, help="시간을 잴 반복 수 (판정에는 30번 이상: 10번의 중앙값은 0.77–1.29로 흔들렸다)"),
             "lr": Float(0.05, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "check_speed": Bool(False, help="BucketedDDP가 torch DDP의 1.2배 이내인지 판정한다(조용한 기계에서)"),
             "seed": seed()},
