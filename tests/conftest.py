@@ -165,6 +165,27 @@ def chromium():
             browser.close()
 
 
+@pytest.fixture(scope="session")
+def page_report(chromium, site_url, site_root):
+    """``page_report(rel)``: the one desktop visit of page ``rel`` (``page_visit.desktop_report``),
+    made when a test first asks for it and shared by every per-page browser test."""
+    import page_visit
+
+    reports: dict[str, object] = {}
+
+    def get(rel: str):
+        if rel not in reports:
+            try:
+                reports[rel] = page_visit.desktop_report(chromium, site_url, site_root, rel, site_server.screenshot_dir())
+            except Exception as exc:  # noqa: BLE001 - every test of this page reports the same failure
+                reports[rel] = exc
+        if isinstance(reports[rel], Exception):
+            raise reports[rel]
+        return reports[rel]
+
+    return get
+
+
 def summarize_again(lab_module, ranks: list[dict], backend: str, **params):
     """The engine's summary of ``ranks`` (records of a real run, maybe altered) with the lab's
     defaults updated by ``params``: what ``labs.run`` would have returned for those records."""

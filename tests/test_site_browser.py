@@ -13,31 +13,18 @@ Browser: ``DDP_CHROMIUM`` (default ``/usr/bin/chromium``).
 
 from __future__ import annotations
 
-import os
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402  (tests/ has no __init__.py; see site_server's docstring)
+from page_visit import NAV_TIMEOUT_MS, RENDER_TIMEOUT_MS, open_visit, rendered  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 CHAPTER = "book/01_structure.html"
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}
-VIEWPORT = {"width": 1280, "height": 900}
-NAV_TIMEOUT_MS = 60_000
-RENDER_TIMEOUT_MS = 30_000
-QUIET_S = 0.5
-
-# Resolves once the page's web fonts (the math font among them) have loaded or failed.
-WAIT_FOR_FONTS_JS = "async () => { await document.fonts.ready; return document.fonts.status; }"
 MATH_CHAPTER = "book/04_allreduce.html"
 
 
@@ -49,165 +36,26 @@ def shots() -> Path:
     return site_server.screenshot_dir()
 
 
-@dataclass(repr=False)
-class Visit:
-    """A browser tab with the network blocked and every problem recorded."""
-
-    page: object
-    base_url: str
-    site: Path
-    console_errors: list[str] = field(default_factory=list)
-    page_errors: list[str] = field(default_factory=list)
-    blocked: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    blocked_urls: set[str] = field(default_factory=set)
-    in_flight: dict[object, str] = field(default_factory=dict)
-    last_activity: float = field(default_factory=time.monotonic)
-
-    def __repr__(self) -> str:
-        return f"<Visit {self.page.url}: 문제 {len(self.problems())}개>"
-
-    def open(self, rel: str) -> None:
-        response = self.page.goto(self.base_url + rel, wait_until="load", timeout=NAV_TIMEOUT_MS)
-        assert response is not None and response.ok, (
-            f"{rel}를 열 수 없습니다: HTTP {response.status if response else '응답 없음'}"
-        )
-        self.settle()
-
-    def wait_network_quiet(self) -> None:
-        """No request in flight for QUIET_S seconds. (Playwright's "networkidle" never fires on
-        pages with plotly figures, so the requests are counted here.)"""
-        deadline = time.monotonic() + NAV_TIMEOUT_MS / 1000
-        while self.in_flight or time.monotonic() - self.last_activity < QUIET_S:
-            assert time.monotonic() < deadline, (
-                f"{self.page.url}: 요청이 끝나지 않습니다: {sorted(self.in_flight.values())}"
-            )
-            self.page.wait_for_timeout(100)
-
-    def settle(self) -> None:
-        """Wait until the page stops loading things and its fonts are ready."""
-        self.wait_network_quiet()
-        self.page.evaluate(WAIT_FOR_FONTS_JS)
-        self.wait_network_quiet()
-        self.check_favicon()
-
-    def check_favicon(self) -> None:
-        """Without <link rel="icon"> the browser fetches /favicon.ico from the server root on its
-        own (outside the page's request events, sometimes after the test is done); check that
-        deterministically instead of depending on when its console error arrives."""
-        if self.page.locator('link[rel~="icon"]').count() == 0 and not (self.site / "favicon.ico").is_file():
-            problem = (
-                f"GET {self.base_url}favicon.ico: HTTP 404 (페이지: {self.page.url}) — "
-                '페이지에 <link rel="icon">이 없어 브라우저가 서버 루트의 /favicon.ico를 스스로 요청합니다. '
-                "Sphinx 설정 html_favicon으로 _static/ 안의 아이콘을 지정하세요."
-            )
-            if problem not in self.failed:
-                self.failed.append(problem)
-
-    def problems(self) -> list[str]:
-        return (
-            [f"콘솔 오류: {m}" for m in self.console_errors]
-            + [f"페이지 오류(잡히지 않은 예외): {m}" for m in self.page_errors]
-            + [f"차단된 외부 요청: {m}" for m in self.blocked]
-            + [f"실패한 요청: {m}" for m in self.failed]
-        )
-
-    def assert_clean(self, what: str) -> None:
-        problems = self.problems()
-        assert not problems, f"{what}: 브라우저에서 문제가 발생했습니다:\n" + "\n".join(problems)
-
-
 @pytest.fixture
 def visit(chromium, site_url, site_root):
     """A fresh context (empty localStorage) per test, network limited to the local server."""
-    context = chromium.new_context(viewport=VIEWPORT, locale="ko-KR", service_workers="block")
-    page = context.new_page()
-    v = Visit(page=page, base_url=site_url, site=site_root)
-    favicon = site_url + "favicon.ico"
-
-    def route(route):
-        url = route.request.url
-        parts = urlsplit(url)
-        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in LOCAL_HOSTS:
-            v.blocked.append(f"{route.request.method} {url} (페이지: {page.url})")
-            v.blocked_urls.add(url)
-            route.abort("blockedbyclient")
-        else:
-            route.continue_()
-
-    def on_console(msg):
-        if msg.type != "error":
-            return
-        loc = msg.location or {}
-        if loc.get("url") == favicon:
-            return  # reported deterministically by Visit.check_favicon
-        where = f" [{loc.get('url')}:{loc.get('lineNumber')}:{loc.get('columnNumber')}]" if loc.get("url") else ""
-        v.console_errors.append(f"{msg.text}{where} (페이지: {page.url})")
-
-    def on_request(request):
-        v.in_flight[request] = request.url
-        v.last_activity = time.monotonic()
-
-    def on_request_done(request):
-        v.in_flight.pop(request, None)
-        v.last_activity = time.monotonic()
-
-    def on_request_failed(request):
-        on_request_done(request)
-        if request.url in v.blocked_urls:
-            return  # already reported as a blocked external request
-        v.failed.append(f"{request.method} {request.url}: {request.failure} (페이지: {page.url})")
-
-    def on_response(response):
-        if response.status >= 400:
-            v.failed.append(f"{response.request.method} {response.url}: HTTP {response.status} (페이지: {page.url})")
-
-    context.route("**/*", route)
-    page.on("console", on_console)
-    page.on("pageerror", lambda exc: v.page_errors.append(f"{exc} (페이지: {page.url})"))
-    context.on("request", on_request)
-    context.on("requestfinished", on_request_done)
-    context.on("requestfailed", on_request_failed)
-    context.on("response", on_response)
-    page.set_default_timeout(RENDER_TIMEOUT_MS)
-    try:
+    with open_visit(chromium, site_url, site_root) as v:
         yield v
-    finally:
-        context.close()
-
-
-def _rendered(locator) -> bool:
-    """True once ``locator`` matches an element (waits up to RENDER_TIMEOUT_MS)."""
-    try:
-        locator.first.wait_for(state="attached", timeout=RENDER_TIMEOUT_MS)
-    except PlaywrightTimeoutError:
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------- every page
 
 
 @pytest.mark.parametrize("rel", site_server.pages_to_check())
-def test_page_loads_offline_without_errors(visit, site_root, shots, rel):
+def test_page_loads_offline_without_errors(page_report, site_root, rel):
+    """The page's one desktop visit (conftest ``page_report``): no browser problem, every visible
+    formula laid out, every plotly figure drawn; its screenshot is in ``_build/screenshots/``."""
     assert (site_root / rel).is_file(), f"빌드된 사이트에 {rel}가 없습니다 ({site_root})."
-    visit.open(rel)
-    page = visit.page
-    page.screenshot(path=str(shots / site_server.screenshot_name(rel)), full_page=True)
-    visit.assert_clean(rel)
-
-    # Whatever the page contains must have rendered.
-    # Formulas in closed dropdowns or hidden tabs are not laid out; every visible one must be.
-    empty = page.evaluate("""() => [...document.querySelectorAll('.math')].filter(el => el.checkVisibility()).filter(el => {
-        const m = el.querySelector('math'); const r = m && m.getBoundingClientRect();
-        return !r || r.width === 0 || r.height === 0; }).map(el => el.textContent.slice(0, 80))""")
-    assert not empty, f"{rel}: 그려지지 않은(크기 0) 수식 {len(empty)}개: {empty[:5]}"
-    figures = page.locator(".plotly-graph-div")
-    for i in range(figures.count()):
-        fig = figures.nth(i)
-        assert _rendered(fig.locator(".main-svg")), f"{rel}: {i + 1}번째 plotly 그림이 그려지지 않았습니다 (.main-svg 없음)."
-        box = fig.bounding_box()
-        assert box and box["height"] > 0, f"{rel}: {i + 1}번째 plotly 그림의 높이가 0입니다 ({box})."
+    report = page_report(rel)
+    assert not report.problems, f"{rel}: 브라우저에서 문제가 발생했습니다:\n" + "\n".join(report.problems)
+    assert not report.empty_formulas, (
+        f"{rel}: 그려지지 않은(크기 0) 수식 {len(report.empty_formulas)}개: {report.empty_formulas[:5]}")
+    assert not report.figures, f"{rel}: " + " ".join(report.figures)
 
 
 def test_root_redirects_to_intro(visit):
@@ -225,7 +73,7 @@ def test_chapter1_plotly_figure_renders(visit):
     page = visit.page
     figures = page.locator(".plotly-graph-div")
     assert figures.count() >= 1, f"{CHAPTER}에 plotly 그림(.plotly-graph-div)이 없습니다."
-    assert _rendered(page.locator(".plotly-graph-div .main-svg")), (
+    assert rendered(page.locator(".plotly-graph-div .main-svg")), (
         f"{CHAPTER}: plotly 그림이 그려지지 않았습니다 (.plotly-graph-div .main-svg 없음)."
     )
     box = figures.first.bounding_box()

@@ -31,20 +31,6 @@ OVERFLOW_JS = """() => {
   return {width, scrollWidth: document.documentElement.scrollWidth, bad: bad.slice(0, 10)};
 }"""
 
-# 글자색과 (투명하지 않은 조상까지 올라가 찾은) 배경색의 명도 대비 (WCAG 공식)
-CONTRAST_JS = """(selector) => {
-  const rgb = s => (s.match(/[\\d.]+/g) || []).map(Number);
-  const lum = ([r, g, b]) => [r, g, b].map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
-    .reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i], 0);
-  const background = el => { for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor);
-    if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c.slice(0, 3); } return [255, 255, 255]; };
-  return Array.from(document.querySelectorAll(selector)).slice(0, 20).map(el => {
-    const a = lum(rgb(getComputedStyle(el).color)), b = lum(background(el));
-    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
-  });
-}"""
-
-
 def _open(browser, base: str, page_path: str, **context_options):
     context = browser.new_context(**context_options)
     context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
@@ -57,19 +43,9 @@ def _open(browser, base: str, page_path: str, **context_options):
 
 
 @pytest.mark.parametrize("page_path", PAGES)
-def test_no_serious_accessibility_violations(chromium, site_url, page_path):
-    import axe_playwright_python
-
-    axe = Path(axe_playwright_python.__file__).parent / "axe.min.js"
-    context, page = _open(chromium, site_url, page_path, viewport=DESKTOP)
-    try:
-        page.add_script_tag(path=str(axe))
-        violations = page.evaluate(
-            "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
-            ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))")
-    finally:
-        context.close()
-    serious = [v for v in violations if v["impact"] in ("serious", "critical")]
+def test_no_serious_accessibility_violations(page_report, page_path):
+    """axe-core on the page's one desktop visit (light theme)."""
+    serious = [v for v in page_report(page_path).axe_violations if v["impact"] in ("serious", "critical")]
     assert not serious, f"{page_path}: 접근성 위반(serious/critical) {serious}"
 
 
@@ -91,15 +67,12 @@ def test_phone_width_has_no_horizontal_overflow(chromium, site_url, page_path):
 
 
 @pytest.mark.parametrize("page_path", PAGES)
-def test_dark_mode_text_is_readable(chromium, site_url, page_path):
-    context, page = _open(chromium, site_url, page_path, viewport=DESKTOP, color_scheme="dark")
-    try:
-        page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=10000)
-        ratios = page.evaluate(CONTRAST_JS, ".bd-content p, .bd-content li, .bd-content h1, .ddp-quiz-prompt, "
-                                            ".ddp-quiz-choice, .lab-table td")
-        page.screenshot(path=str(screenshot_dir() / screenshot_name(page_path, "dark")))
-    finally:
-        context.close()
+def test_dark_mode_text_is_readable(page_report, page_path):
+    """The reader's system switches to dark during the page's desktop visit: the theme follows and
+    its text keeps a WCAG contrast of at least 4.5 (screenshot ``*-dark.png``)."""
+    report = page_report(page_path)
+    assert report.dark_theme, f"{page_path}: prefers-color-scheme가 dark인데 테마가 어두운 테마로 바뀌지 않았습니다"
+    ratios = report.dark_contrast
     assert ratios, f"{page_path}: 대비를 잴 글자가 없습니다"
     assert min(ratios) >= 4.5, f"{page_path}: 어두운 테마에서 명도 대비가 낮음 (최소 {min(ratios):.2f})"
 
@@ -150,24 +123,7 @@ def test_intro_shows_quiz_progress_saved_in_the_browser(chromium, site_url):
 PAGE_WEIGHT_LIMIT = 1_500_000
 
 
-def _first_visit_bytes(browser, base: str, page_path: str) -> dict[str, int]:
-    """Bytes of every response a first (cold-cache) visit of ``page_path`` receives."""
-    sizes: dict[str, int] = {}
-    context = browser.new_context(viewport=DESKTOP)
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
-    page = context.new_page()
-    page.on("response", lambda r: sizes.__setitem__(r.url.split("?")[0], len(r.body())) if r.ok else None)
-    try:
-        page.goto(base + page_path)
-        page.wait_for_load_state("load")
-        page.evaluate("document.fonts.ready.then(() => true)")
-        page.wait_for_timeout(500)
-    finally:
-        context.close()
-    return sizes
-
-
-def test_every_page_weighs_under_limit_without_plotly(chromium, site_url):
+def test_every_page_weighs_under_limit_without_plotly(page_report):
     """Everything a first visit downloads (HTML, CSS, JS, fonts), plotly.js aside, stays under
     1.5 MB on every page; the table goes to ``_build/screenshots/page-weight.txt``. Measured
     0.76–1.01 MB: formulas are build-time MathML with a ~25 KB font subset, the search index loads
@@ -175,7 +131,7 @@ def test_every_page_weighs_under_limit_without_plotly(chromium, site_url):
     tex-svg.js and fontawesome.js, 1.9–2.2 MB with MathJax components)."""
     rows, problems = [], []
     for page_path in PAGES:
-        sizes = _first_visit_bytes(chromium, site_url, page_path)
+        sizes = page_report(page_path).received  # 빈 캐시로 처음 방문한 그 방문에서 받은 응답들
         total = sum(size for url, size in sizes.items() if not url.endswith("plotly.min.js"))
         largest = ", ".join(f"{u.rsplit('/', 1)[-1]} {s // 1024} KiB"
                             for u, s in sorted(sizes.items(), key=lambda x: -x[1]) if not u.endswith("plotly.min.js"))
