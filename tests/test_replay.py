@@ -119,3 +119,22 @@ def test_a_run_of_other_code_keeps_the_books_records(runs_dir, spawn_counter, mo
         labs.run("faults", nproc=2)
     assert labs.run("faults", nproc=2).replayed
     assert len(spawn_counter) == 2 and len(list(runs_dir.iterdir())) == 2
+
+
+def test_trap_outcome_is_replayed_and_checked_anew(runs_dir, spawn_counter):
+    """A trap that ends in an error (chapter 10) is recorded as its outcome; the replay spawns
+    nothing, yields the same outcome, and a tampered outcome fails the trap's check."""
+    from labs.lessons import traps
+
+    first = traps.observe("shape", "bug")
+    again = traps.observe("shape", "bug")
+    assert spawn_counter == ["traps"] and first.ok and again.ok, first.report()
+    assert again.data["measured"] == first.data["measured"] and again.report() == first.report()
+    (path,) = [p for p in runs_dir.rglob("traps-outcome-*.pkl")]
+    with path.open("rb") as f:
+        recorded = pickle.load(f)
+    recorded["outcome"]["kind"] = "ok"  # 기록이 "예외 없이 끝났다"고 말하면 확인이 잡아야 한다
+    with path.open("wb") as f:
+        pickle.dump(recorded, f)
+    assert not traps.observe("shape", "bug").ok
+    assert spawn_counter == ["traps"]

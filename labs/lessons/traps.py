@@ -608,11 +608,20 @@ def outcome_checks(trap: str, outcome: dict, backend: str) -> list:
 
 def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TIMEOUT, **params) -> LabResult:
     """Run one trap here; a bug that hangs, raises or kills a rank is recorded as a result whose checks assert it."""
+    from .. import replay
     from ..launch import run
 
     expected = EXPECTED.get((trap, variant), "ok")
     if expected == "ok":
         return run("traps", nproc=nproc, trap=trap, variant=variant, **params)
+    # 어떻게 끝났는지(멈춤, 예외, 비정상 종료와 표준 오류)가 이 실행의 기록이다: make book이 기록하고 make test가
+    # 다시 쓴다(labs/replay.py). 확인은 다시 쓸 때도 지금 코드의 outcome_checks가 한다
+    debug = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
+    key = {"trap": trap, "variant": variant, "debug": debug, **params}
+    backend = resolve_backend("auto", nproc)
+    recorded = replay.load("traps-outcome", nproc, backend, key, timeout)
+    if recorded is not None:
+        return outcome_result(trap, variant, nproc, recorded["outcome"], {"trap": trap, "variant": variant, **params})
     started = time.perf_counter()
     stderr_dir = tempfile.TemporaryDirectory(prefix="ddp-traps-stderr-")
     try:
@@ -629,7 +638,8 @@ def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TI
     outcome["elapsed"] = time.perf_counter() - started
     outcome["stderr"] = _rank_stderr(Path(stderr_dir.name))
     stderr_dir.cleanup()
-    outcome["debug"] = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
+    outcome["debug"] = debug
+    replay.save("traps-outcome", nproc, backend, key, timeout, {"outcome": outcome})
     return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
 
 
