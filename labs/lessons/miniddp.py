@@ -225,7 +225,7 @@ LAB = Lab(
             "per_rank_batch": Int(16, min=1, max=1024, help="랭크당 배치 B/N"),
             "bucket_cap_mb": Float(0.05, min=0.0, max=1024.0, min_open=True, help="4단계와 torch DDP의 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),
-            "repeats": Int(30, min=1, max=500, help="시간을 잴 반복 수 (판정에는 30번 이상: 10번의 중앙값은 0.77–1.29로 흔들렸다)"),
+            "repeats": Int(30, min=1, max=500, help="시간을 잴 반복 수 (check_speed 판정에는 30번 이상: 적으면 쌍별 비율의 중앙값이 실행마다 크게 흔들린다)"),
             "lr": Float(0.05, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "check_speed": Bool(False, help="BucketedDDP가 torch DDP의 1.2배 이내인지 판정한다(조용한 기계에서)"),
             "seed": seed()},
