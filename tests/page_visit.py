@@ -3,9 +3,9 @@
 ``open_visit`` opens a fresh context (empty cache and localStorage) with the network limited to
 the local server, recording console errors, uncaught exceptions, blocked external requests,
 failed requests and the bytes of every response. ``desktop_report`` visits a page once and
-measures everything the per-page tests check (test_site_browser: loads offline without errors;
-test_site_quality: accessibility, dark-mode contrast, page weight), so each page is loaded once
-for all of them instead of once per test.
+measures everything the per-page tests of test_site_pages.py check (loads offline without errors,
+accessibility, dark-mode contrast, page weight), so each page is loaded once for all of them
+instead of once per test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers shared by the built-site tests (``test_site_offline.py``, ``test_site_browser.py``).
+"""Helpers shared by the built-site tests (``test_site_offline.py``, ``test_site_pages.py``, ``test_site_browser.py``, …).
 
 Not a test module and not a conftest: the test files put ``tests/`` on ``sys.path`` and import
 it. Everything reads the built site from ``DDP_SITE_DIR`` (default ``<repo>/_build/html``) and

@@ -1,5 +1,6 @@
-"""Reader experience in a real browser: accessibility (axe-core), phone width, dark mode,
-and what every chapter page offers (its notebook, the GPU-node command)."""
+"""Reader experience in a real browser: every page at phone width, the intro's quiz progress, and
+what every chapter page offers (its notebook, the GPU-node command). Accessibility, dark mode and
+page weight are measured in each page's one desktop visit (test_site_pages.py)."""
 
 from __future__ import annotations
 
@@ -43,13 +44,6 @@ def _open(browser, base: str, page_path: str, **context_options):
 
 
 @pytest.mark.parametrize("page_path", PAGES)
-def test_no_serious_accessibility_violations(page_report, page_path):
-    """axe-core on the page's one desktop visit (light theme)."""
-    serious = [v for v in page_report(page_path).axe_violations if v["impact"] in ("serious", "critical")]
-    assert not serious, f"{page_path}: 접근성 위반(serious/critical) {serious}"
-
-
-@pytest.mark.parametrize("page_path", PAGES)
 def test_phone_width_has_no_horizontal_overflow(chromium, site_url, page_path):
     context, page = _open(chromium, site_url, page_path, viewport=PHONE, is_mobile=True, has_touch=True)
     try:
@@ -64,17 +58,6 @@ def test_phone_width_has_no_horizontal_overflow(chromium, site_url, page_path):
     assert result["scrollWidth"] <= result["width"] + 1 and not result["bad"], f"{page_path}: 가로 넘침 {result}"
     assert all(index == 0 for index in wide_formulas), f"{page_path}: 키보드로 스크롤할 수 없는 넓은 수식 {wide_formulas}"
     assert all(w <= PHONE["width"] for w in figure_widths), f"{page_path}: plotly 그림 폭 {figure_widths}"
-
-
-@pytest.mark.parametrize("page_path", PAGES)
-def test_dark_mode_text_is_readable(page_report, page_path):
-    """The reader's system switches to dark during the page's desktop visit: the theme follows and
-    its text keeps a WCAG contrast of at least 4.5 (screenshot ``*-dark.png``)."""
-    report = page_report(page_path)
-    assert report.dark_theme, f"{page_path}: prefers-color-scheme가 dark인데 테마가 어두운 테마로 바뀌지 않았습니다"
-    ratios = report.dark_contrast
-    assert ratios, f"{page_path}: 대비를 잴 글자가 없습니다"
-    assert min(ratios) >= 4.5, f"{page_path}: 어두운 테마에서 명도 대비가 낮음 (최소 {min(ratios):.2f})"
 
 
 @pytest.mark.parametrize("page_path", CHAPTERS)
@@ -118,29 +101,3 @@ def test_intro_shows_quiz_progress_saved_in_the_browser(chromium, site_url):
     assert answered.startswith("2 / "), answered
     assert right == "1", right
     assert "2문제를 풀었고, 1문제를 맞혔습니다" in summary, summary
-
-
-PAGE_WEIGHT_LIMIT = 1_500_000
-
-
-def test_every_page_weighs_under_limit_without_plotly(page_report):
-    """Everything a first visit downloads (HTML, CSS, JS, fonts), plotly.js aside, stays under
-    1.5 MB on every page; the table goes to ``_build/screenshots/page-weight.txt``. Measured
-    0.76–1.01 MB: formulas are build-time MathML with a ~25 KB font subset, the search index loads
-    only on search.html, the icon font is cut to the theme's icons (it was ~4.5 MB with MathJax's
-    tex-svg.js and fontawesome.js, 1.9–2.2 MB with MathJax components)."""
-    rows, problems = [], []
-    for page_path in PAGES:
-        sizes = page_report(page_path).received  # 빈 캐시로 처음 방문한 그 방문에서 받은 응답들
-        total = sum(size for url, size in sizes.items() if not url.endswith("plotly.min.js"))
-        largest = ", ".join(f"{u.rsplit('/', 1)[-1]} {s // 1024} KiB"
-                            for u, s in sorted(sizes.items(), key=lambda x: -x[1]) if not u.endswith("plotly.min.js"))
-        rows.append((total, page_path, largest))
-        if total >= PAGE_WEIGHT_LIMIT:
-            problems.append(f"{page_path}: {total / 1e6:.2f} MB — {largest[:300]}")
-    rows.sort(reverse=True)
-    report = "\n".join(f"{total / 1e6:.2f} MB  {path}  ({largest[:200]})" for total, path, largest in rows)
-    (screenshot_dir() / "page-weight.txt").write_text(report + "\n", encoding="utf-8")
-    print(f"가장 무거운 페이지: {rows[0][1]} {rows[0][0] / 1e6:.2f} MB (plotly.js 제외)")
-    assert len(rows) >= 12, f"무게를 잰 페이지가 {len(rows)}개뿐입니다."
-    assert not problems, f"plotly.js를 빼고 {PAGE_WEIGHT_LIMIT / 1e6} MB를 넘는 페이지:\n" + "\n".join(problems)
