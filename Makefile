@@ -6,6 +6,9 @@ STAMP  := $(VENV)/.installed
 JB_FLAGS := -W -n --keep-going
 # 책을 빌드할 때 실행한 실습을 기록하고(labs/replay.py), make test는 같은 코드·같은 인자의 실습을 다시 띄우지 않고 그 기록을 쓴다
 LAB_RUNS := $(CURDIR)/_build/lab-runs
+# 테스트는 작업자(worker) 두 개가 파일 단위로 나눠 돌린다: 기다리는 시간(브라우저, Slurm, 제한 시간)이 겹친다.
+# 파일 하나는 한 작업자에서, 시간을 재는 테스트(@pytest.mark.alone)는 혼자 돈다 (tests/parallel.py)
+TEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: book test venv browser slurm serve clean lab-list
 
@@ -36,7 +39,7 @@ slurm:
 
 test: book browser slurm
 	LABS_RECORD_DIR=$(LAB_RUNS) LABS_REPLAY_DIR=$(LAB_RUNS) \
-	  $(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider --durations=30
+	  $(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider --durations=30 $(TEST_WORKERS)
 
 serve: book
 	$(BIN)/python -m http.server --directory _build/html 8000

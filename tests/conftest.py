@@ -16,6 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402
+import parallel  # noqa: E402
+from parallel import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure  # noqa: E402,F401  (hooks: xdist rules)
 
 from labs.errors import LabCheckFailed  # noqa: E402
 from labs.replay import RECORD_ENV, REPLAY_ENV  # noqa: E402
@@ -33,6 +35,7 @@ def _real_ranks_when_marked(request, monkeypatch):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_ranks: never replay recorded lab runs (labs/replay.py)")
+    parallel.configure(config)
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 QUIZ_BANK = Path(__file__).resolve().parent.parent / "book" / "quizzes"  # the book's quiz bank (labs.quiz is told)
@@ -163,27 +166,6 @@ def chromium():
             yield browser
         finally:
             browser.close()
-
-
-@pytest.fixture(scope="session")
-def page_report(chromium, site_url, site_root):
-    """``page_report(rel)``: the one desktop visit of page ``rel`` (``page_visit.desktop_report``),
-    made when a test first asks for it and shared by every per-page browser test."""
-    import page_visit
-
-    reports: dict[str, object] = {}
-
-    def get(rel: str):
-        if rel not in reports:
-            try:
-                reports[rel] = page_visit.desktop_report(chromium, site_url, site_root, rel, site_server.screenshot_dir())
-            except Exception as exc:  # noqa: BLE001 - every test of this page reports the same failure
-                reports[rel] = exc
-        if isinstance(reports[rel], Exception):
-            raise reports[rel]
-        return reports[rel]
-
-    return get
 
 
 def summarize_again(lab_module, ranks: list[dict], backend: str, **params):

@@ -12,7 +12,6 @@ import contextlib
 import copy
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from labs.viz.cost import (allreduce_figure, ddp_step_figure, measured_preset, p
 
 from conftest import clean_env, assert_only_these_fail, summarize_again
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.alone]  # 시간을 재므로 다른 테스트와 겹쳐 돌지 않는다
 
 CAPS = [0.1, 1.0, 25.0, 100.0]
 VARIANTS = ["compute", "manual", "ddp:0.1", "ddp:1", "ddp:25", "ddp:100", bench.ACCUM]

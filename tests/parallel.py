@@ -1,0 +1,92 @@
+"""How `make test` shares the machine between pytest-xdist workers (``-n 2 --dist loadfile``).
+
+Most of the suite waits (on browser pages, Slurm jobs, launcher deadlines, notebook kernels), so two
+workers overlap the waits. The rules that keep this from changing what a test measures:
+
+- One file is one unit on one worker (``--dist loadfile``): its module fixtures run once, a
+  notebook's cells run in order in one kernel, and every page is still opened once, because all the
+  tests that share the per-page desktop visit (``page_report``) live in tests/test_site_pages.py.
+- Tests marked ``alone`` (they time the machine: chapter 8's benchmark) run while no other test runs
+  on any worker: :func:`turn` is a fair readers-writer lock over two ``flock`` files, held from the
+  first fixture's setup to the last teardown of each test.
+- The page-visit file is scheduled first (``--no-loadscope-reorder`` keeps this order): it is the
+  longest unit, and a long unit handed out last would leave the other worker idle at the end.
+
+Without xdist (a reader's plain ``pytest``) nothing here changes the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ALONE = "alone"
+MARKER = f"{ALONE}: runs while no other test runs on any worker (it times the machine; tests/parallel.py)"
+SHARED_VISITS = "page_report"  # the fixture of tests/test_site_pages.py: the longest unit
+LOCK_ENV = "DDP_COURSE_TEST_LOCKS"  # the lock folder, made by the controller, inherited by its workers
+_FOLDER = pytest.StashKey[str]()
+
+
+def configure(config) -> None:
+    """On xdist's controller: make the lock folder before the workers start (they inherit the
+    environment); ``pytest_unconfigure`` removes it after they have all ended."""
+    config.addinivalue_line("markers", MARKER)
+    if getattr(config, "workerinput", None) is None and config.getoption("numprocesses", None):
+        config.stash[_FOLDER] = os.environ[LOCK_ENV] = tempfile.mkdtemp(prefix="ddp-course-tests-")
+
+
+def pytest_unconfigure(config):
+    folder = config.stash.get(_FOLDER, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(LOCK_ENV, None)
+
+
+def lock_dir(config) -> Path | None:
+    """The folder every worker of this run shares, or None outside an xdist worker."""
+    if getattr(config, "workerinput", None) is None or not os.environ.get(LOCK_ENV):
+        return None
+    return Path(os.environ[LOCK_ENV])
+
+
+@contextlib.contextmanager
+def turn(folder: Path, alone: bool) -> Iterator[None]:
+    """Hold the run's shared lock, or its exclusive one when ``alone``.
+
+    Everyone passes the gate first and holds it only while taking the room, so a waiting ``alone``
+    test (which keeps the gate until the room is empty) stops new tests from entering: it cannot be
+    starved by workers that keep starting short tests.
+    """
+    with open(folder / "gate", "a") as gate, open(folder / "room", "a") as room:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The page visits first: the longest unit must not be the last one handed out."""
+    if lock_dir(config) is not None:
+        items.sort(key=lambda item: SHARED_VISITS not in getattr(item, "fixturenames", ()))  # stable sort
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    folder = lock_dir(item.config)
+    if folder is None:
+        yield
+        return
+    with turn(folder, alone=item.get_closest_marker(ALONE) is not None):
+        yield
