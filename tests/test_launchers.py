@@ -248,18 +248,24 @@ def _rank_process(slurm: SlurmCluster, rank: int) -> psutil.Process | None:
 
 
 def _kill_rank_after_epoch(slurm: SlurmCluster, job_id: int, rank: int, epoch: int) -> None:
-    """Wait for rank 0's log line of ``epoch`` (written after its checkpoint), then SIGKILL ``rank``."""
+    """Wait for rank 0's log line of ``epoch`` (written after its checkpoint), then SIGKILL ``rank``.
+
+    The log's path and the victim are looked up once, before the line can appear, so that only a
+    file read stands between the line and the kill (on a busy machine `scontrol` and a scan of every
+    process took longer than the epochs that followed)."""
     deadline = time.monotonic() + JOB_TIMEOUT
     marker = f"에폭 {epoch}/{TRAIN_EPOCHS}"
+    out = victim = None
     while time.monotonic() < deadline:
-        out = Path(slurm.job(job_id).get("StdOut", "/nonexistent"))
-        if out.is_file() and marker in out.read_text(errors="replace"):
+        if out is None and slurm.job(job_id).get("StdOut"):
+            out = Path(slurm.job(job_id)["StdOut"])
+        if victim is None:
             victim = _rank_process(slurm, rank)
-            assert victim is not None, "죽일 랭크 프로세스를 찾지 못했습니다"
+        if out is not None and victim is not None and out.is_file() and marker in out.read_text(errors="replace"):
             victim.kill()
             return
         time.sleep(0.05)
-    raise AssertionError(f"{JOB_TIMEOUT:g}초 안에 '{marker}' 줄이 나오지 않았습니다")
+    raise AssertionError(f"{JOB_TIMEOUT:g}초 안에 '{marker}' 줄이 나오지 않았거나 죽일 랭크 프로세스를 찾지 못했습니다")
 
 
 @pytest.fixture(scope="module")
