@@ -61,17 +61,18 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     check_timeout(timeout)
     params = lab.resolve_params(params, nproc)
     resolved = resolve_backend(backend, nproc)
-    recorded = replay.load(lab.name, nproc, resolved, params, timeout)
+    recording = replay.Recording(lab.name, nproc, resolved, params, timeout, lab.folders)
+    recorded = recording.load()
     if recorded is not None:
         return _replayed(lab, recorded, resolved, params)
     started = time.perf_counter()
     try:
         records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
     except (RankFailedError, RankCrashedError, LabTimeoutError) as err:
-        replay.save(lab.name, nproc, resolved, params, timeout, {"error": err})
+        recording.save({"error": err})
         raise
     wall = time.perf_counter() - started
-    replay.save(lab.name, nproc, resolved, params, timeout, {"records": records, "wall_seconds": wall})
+    recording.save({"records": records, "wall_seconds": wall})
     result = lab.finish(records, resolved, params)
     result.wall_seconds = wall
     return result

@@ -163,6 +163,16 @@ class Text:
         return value
 
 
+@dataclass(frozen=True)
+class Folder(Text):
+    """A folder the ranks read and write (a checkpoint folder, say); ``""`` means none. A recorded
+    run (labs/replay.py) is keyed by what the folder holds, not by its name, and a replay leaves in
+    it what the run left."""
+
+    def rule(self) -> str:
+        return "폴더 경로 문자열" + ("(비우면 폴더를 쓰지 않음)" if self.allow_empty else "(비어 있으면 안 됨)")
+
+
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .context import RankContext
 from .errors import LabConfigError
-from .params import Spec, parse_pairs, resolve
+from .params import Folder, Spec, parse_pairs, resolve
 from .result import LabResult, Summary
 
 RankFn = Callable[..., dict]
@@ -47,6 +47,11 @@ class Lab:
         if self.validate:
             self.validate(values, world_size)
         return values
+
+    @property
+    def folders(self) -> tuple[str, ...]:
+        """The parameters that name a folder the ranks read and write (:class:`~labs.params.Folder`)."""
+        return tuple(name for name, spec in self.params.items() if isinstance(spec, Folder))
 
     def parse_params(self, pairs: list[str]) -> dict[str, Any]:
         """Command-line ``KEY=VALUE`` strings as typed values (not yet merged with the defaults)."""

@@ -8,6 +8,11 @@ them, so every check is evaluated by the current code. `make test` sets both for
 execution (`pytest --nbval`) and the lesson tests, which then cost what their Python costs, not what
 the labs cost. The launcher's own tests and every call with other inputs run for real. Nothing is
 recorded or replayed unless these variables are set: a reader's `labs.run` always runs.
+
+A parameter that names a folder the ranks read and write (:class:`labs.params.Folder`: chapter 6's
+checkpoint folder) keys the run by what the folder holds before it, not by its (temporary) name, and
+the record keeps what the run left there; a replay puts exactly that back (:class:`Recording`). So a
+failed run that wrote a checkpoint and the run that resumes from it replay as a pair.
 """
 
 from __future__ import annotations
@@ -76,3 +81,60 @@ def save(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: fl
     with tmp.open("wb") as f:
         pickle.dump(outcome, f)
     tmp.replace(path)
+
+
+def folder_files(path: str) -> dict[str, bytes]:
+    """Every file under ``path`` (relative POSIX path -> bytes); ``{}`` for a missing folder."""
+    root = Path(path)
+    if not root.is_dir():
+        return {}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _contents_digest(files: dict[str, bytes]) -> str:
+    digest = hashlib.sha256()
+    for rel, data in sorted(files.items()):
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    return "contents:" + digest.hexdigest()
+
+
+def _restore(path: str, files: dict[str, bytes]) -> None:
+    """Make the folder hold exactly ``files``."""
+    root = Path(path)
+    for rel in set(folder_files(path)) - set(files):
+        (root / rel).unlink()
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
+class Recording:
+    """One :func:`labs.run` call's place in the records, keyed when the call starts.
+
+    ``folders`` are the parameters that name folders (:class:`labs.params.Folder`): in the key, each
+    non-empty one stands for what its folder holds now; :meth:`save` adds what the run left in it,
+    and a replay by :meth:`load` leaves the folder holding exactly that.
+    """
+
+    def __init__(self, lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float,
+                 folders: tuple[str, ...] = ()):
+        self.lab = lab
+        self.active = bool(os.environ.get(RECORD_ENV) or os.environ.get(REPLAY_ENV))
+        self.folders = {name: params[name] for name in folders if params.get(name)}
+        keyed = dict(params)
+        if self.active:
+            keyed.update({name: _contents_digest(folder_files(path)) for name, path in self.folders.items()})
+        self.key = (nproc, backend, keyed, timeout)
+
+    def load(self) -> dict | None:
+        recorded = load(self.lab, *self.key) if self.active else None
+        if recorded is not None:
+            for name, path in self.folders.items():
+                _restore(path, recorded["folders"][name])
+        return recorded
+
+    def save(self, outcome: dict) -> None:
+        if os.environ.get(RECORD_ENV):
+            left = {name: folder_files(path) for name, path in self.folders.items()}
+            save(self.lab, *self.key, {**outcome, "folders": left})
+

@@ -138,3 +138,33 @@ def test_trap_outcome_is_replayed_and_checked_anew(runs_dir, spawn_counter):
         pickle.dump(recorded, f)
     assert not traps.observe("shape", "bug").ok
     assert spawn_counter == ["traps"]
+
+
+def test_a_folder_parameter_is_keyed_by_contents_and_restored(runs_dir, spawn_counter, tmp_path):
+    """Chapter 6's pair: a run that fails after writing a checkpoint, then the run that resumes
+    from it. Recorded in folder ``a``, both replay in a new folder ``b`` (whose name differs): the
+    failed run's replay leaves ``b`` holding the very checkpoint the real run wrote, so the resume
+    that follows has the same key. A run whose folder holds something else runs for real."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    settings = {"epochs": 3, "fail_at_epoch": 3}
+    with pytest.raises(RankFailedError):
+        labs.run("train", nproc=1, ckpt_dir=str(a), **settings)
+    written = labs.replay.folder_files(str(a))
+    resumed = labs.run("train", nproc=1, ckpt_dir=str(a), epochs=3)
+    assert written and spawn_counter == ["train", "train"]
+
+    with pytest.raises(RankFailedError):
+        labs.run("train", nproc=1, ckpt_dir=str(b), **settings)
+    assert labs.replay.folder_files(str(b)) == written
+    again = labs.run("train", nproc=1, ckpt_dir=str(b), epochs=3)
+    assert again.replayed and again.data["summary"] == resumed.data["summary"]
+    assert labs.replay.folder_files(str(b)) == labs.replay.folder_files(str(a))
+    assert spawn_counter == ["train", "train"]  # both calls in b were replays
+
+    # ``a`` now holds the finished run's checkpoint: a fresh call there is a new input, not a replay
+    # of the first failure (keying by the folder's name would have replayed it)
+    finished = labs.run("train", nproc=1, ckpt_dir=str(a), epochs=3)
+    assert not finished.replayed and finished.data["summary"]["resumed_from"] == 3
+    assert spawn_counter == ["train", "train", "train"]

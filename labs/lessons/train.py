@@ -27,7 +27,7 @@ from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
 from ..models import flat_parameters
-from ..params import Float, Int, seed, Text
+from ..params import Float, Folder, Int, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal
@@ -300,7 +300,7 @@ LAB = Lab(
             "global_batch": Int(96, min=1, max=1024, help="전역 배치 B (N으로 나누어떨어져야 함)"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed(),
-            "ckpt_dir": Text("", help="체크포인트 폴더 (비우면 저장하지 않음)"),
+            "ckpt_dir": Folder("", help="체크포인트 폴더 (비우면 저장하지 않음)"),
             "fail_at_epoch": Int(0, min=0, max=100, help="이 에폭 중간에 랭크 하나를 죽인다 (0이면 고장 없음)")},
     validate=validate,
     record_keys=DESCRIBE_KEYS | {"resumed_from", "fingerprint", "checksum", "params", "history", "per_rank_batch",
