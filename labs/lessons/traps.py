@@ -30,10 +30,10 @@ from ..comms import CollectiveCounter
 from ..context import RankContext, resolve_backend
 from ..errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from ..models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
-from ..params import Choice, Float, Int, Text, seed
+from ..params import Choice, Float, Folder, Int, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
-from ..result import LabResult, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, \
+from ..result import LabResult, Summary, check_at_least, check_close, check_equal, check_true, \
     not_applicable
 
 TRAPS = ("no_sync", "unused", "eval_rank0", "set_epoch", "partial_collective", "shape", "lr_scaling", "seed")
@@ -564,7 +564,7 @@ LAB = Lab(
             "warmup_steps": Int(4, min=1, max=1000, help="lr_scaling: 워밍업 스텝 수"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed(),
-            "stderr_dir": Text("", help="비어 있지 않으면 랭크마다 표준 오류를 이 폴더의 rankN.txt에 쓴다(observe가 씀)")},
+            "stderr_dir": Folder("", help="비어 있지 않으면 랭크마다 표준 오류를 이 폴더의 rankN.txt에 쓴다(observe가 씀)")},
 )
 
 
