@@ -1,7 +1,8 @@
 """How `make test` shares the machine between pytest-xdist workers (``-n 2 --dist loadfile``).
 
-Most of the suite waits (on browser pages, Slurm jobs, launcher deadlines, notebook kernels), so two
-workers overlap the waits. The rules that keep this from changing what a test measures:
+Run one test at a time, the suite leaves most of the two cores idle while it waits (on browser pages,
+Slurm jobs, launcher deadlines, notebook kernels); two workers overlap those waits (CPU-heavy tests
+then slow each other down: README's performance table has what it gains). The rules that keep this from changing what a test measures:
 
 - One file is one unit on one worker (``--dist loadfile``): its module fixtures run once, a
   notebook's cells run in order in one kernel, and every page is still opened once, because all the

@@ -257,8 +257,9 @@ def _kill_rank_after_epoch(slurm: SlurmCluster, job_id: int, rank: int, epoch: i
     marker = f"에폭 {epoch}/{TRAIN_EPOCHS}"
     out = victim = None
     while time.monotonic() < deadline:
-        if out is None and slurm.job(job_id).get("StdOut"):
-            out = Path(slurm.job(job_id)["StdOut"])
+        if out is None:
+            path = slurm.job(job_id).get("StdOut")
+            out = Path(path) if path else None
         if victim is None:
             victim = _rank_process(slurm, rank)
         if out is not None and victim is not None and out.is_file() and marker in out.read_text(errors="replace"):
