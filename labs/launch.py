@@ -46,6 +46,10 @@ _CAUSE_GRACE = 0.5
 _PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Socket closed|Timed out waiting")
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 _RANK_TIMEOUT_MARGIN = 30.0
+# Imported once by the fork server, not by every rank: DDP's constructor imports torch._dynamo, and
+# train's ranks load their data with scikit-learn (labs.train_script imports it only then); each
+# costs seconds of CPU per process.
+RANK_IMPORTS = ("torch._dynamo", "sklearn.datasets", "sklearn.model_selection", "sklearn.preprocessing")
 
 
 def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
@@ -127,8 +131,7 @@ def _context() -> mp.context.BaseContext:
     # fresh process, so forking never copies a Jupyter kernel's threads.
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        # torch._dynamo: DDP's constructor imports it, seconds of CPU in every rank otherwise.
-        ctx.set_forkserver_preload(["labs.launch", "torch._dynamo", *lesson_modules()])
+        ctx.set_forkserver_preload(["labs.launch", *RANK_IMPORTS, *lesson_modules()])
         return ctx
     return mp.get_context("spawn")
 

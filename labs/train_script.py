@@ -28,9 +28,6 @@ if __package__ in (None, ""):  # run as a file (torchrun labs/train_script.py): 
 
 import torch
 import torch.distributed as dist
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -81,6 +78,11 @@ def init_distributed() -> RankContext:
 
 def load_digits_split() -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's bundled digits (no download), a fixed stratified split, standardized pixels."""
+    # scikit-learn은 데이터를 읽을 때만 불러온다: import에 2초쯤 걸리는데, `python -m labs`의 다른 명령은 쓰지 않는다
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
     x, y = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=TEST_SIZE, random_state=SPLIT_SEED,
                                                         stratify=y)

@@ -285,3 +285,23 @@ def test_two_concurrent_launches_use_different_ports(monkeypatch, warm_launcher,
     pids = {r["pid"] for result in results for r in result.ranks}
     assert len(pids) == 4
     no_leftover_children()
+
+
+def test_cli_start_imports_no_rank_only_module():
+    """`python -m labs` starts without the seconds-long imports only ranks need (scikit-learn for
+    train's data): a fresh interpreter that loads the whole catalog and the CLI has none of them,
+    and the fork server imports them once for every rank instead."""
+    import subprocess
+    import sys
+
+    code = ("import sys, labs, labs.cli; labs.all_labs(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"labs를 불러오기만 해도 scikit-learn이 들어옵니다: {proc.stdout[:200]}"
+    import multiprocessing.forkserver
+
+    labs.launch._context()
+    preload = multiprocessing.forkserver._forkserver._preload_modules
+    assert set(labs.launch.RANK_IMPORTS) <= set(preload), preload
+    assert any(m.startswith("sklearn") for m in labs.launch.RANK_IMPORTS)
