@@ -220,7 +220,7 @@ def desktop_report(browser, base_url: str, site: Path, rel: str, shots: Path) ->
     with open_visit(browser, base_url, site) as visit:
         visit.open(rel)
         page = visit.page
-        page.screenshot(path=str(shots / site_server.screenshot_name(rel)), full_page=True)
+        site_server.full_page_screenshot(page, shots, rel, "desktop")
         empty = page.evaluate(EMPTY_FORMULAS_JS)
         figures = []
         plots = page.locator(".plotly-graph-div")

@@ -80,12 +80,29 @@ def screenshot_dir() -> Path:
     return path
 
 
-def screenshot_name(page: str, suffix: str = "desktop") -> str:
-    """``book/01_structure.html`` -> ``01_structure-desktop.png``; other folders keep their path."""
+def screenshot_name(page: str, suffix: str = "desktop", ext: str = "png") -> str:
+    """``book/01_structure.html`` -> ``01_structure-desktop.png`` (``ext``); other folders keep their path."""
     stem = page[: -len(".html")] if page.endswith(".html") else page
     if stem.startswith("book/"):
         stem = stem[len("book/"):]
-    return f"{stem.replace('/', '_')}-{suffix}.png"
+    return f"{stem.replace('/', '_')}-{suffix}.{ext}"
+
+
+# A whole page as JPEG where it fits: a long chapter is some 26,000 px tall at desktop width, and
+# Chromium encodes that as PNG in ~3.3 s, as JPEG in ~2.1 s (book/07_internals.html, 1280 px wide).
+# JPEG cannot be taller than 65,535 px (Chromium then writes an empty file), so taller pages, e.g.
+# chapters at phone width, stay PNG.
+JPEG_MAX_PX = 65_535
+
+
+def full_page_screenshot(page, folder: Path, rel: str, suffix: str) -> Path:
+    """The whole of ``page`` (the site's ``rel``) to ``folder/<name>-<suffix>.jpg`` (``.png`` if too tall)."""
+    height = page.evaluate("document.documentElement.scrollHeight * window.devicePixelRatio")
+    jpeg = height <= JPEG_MAX_PX
+    path = folder / screenshot_name(rel, suffix, "jpg" if jpeg else "png")
+    page.screenshot(path=str(path), full_page=True, **({"type": "jpeg", "quality": 80} if jpeg else {}))
+    assert path.stat().st_size > 0, f"{path}: 빈 스크린샷 (높이 {height}px)"
+    return path
 
 
 def chromium_path() -> str:

@@ -143,7 +143,7 @@ def test_chapter1_quiz(visit, shots):
     score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
     assert "정답 1개" in score, f"새로고침 후 점수 표시가 복원되지 않았습니다: {score!r}"
 
-    # The viewport at the answered question (the full page is in 01_structure-desktop.png).
+    # The viewport at the answered question (the full page is in 01_structure-desktop.jpg).
     first.evaluate("el => el.scrollIntoView({block: 'start'})")
     page.screenshot(path=str(shots / site_server.screenshot_name(CHAPTER, "quiz-desktop")))
     visit.assert_clean(f"{CHAPTER} (퀴즈)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from site_server import pages_to_check, require_site, screenshot_dir, screenshot_name  # noqa: E402
+from site_server import full_page_screenshot, pages_to_check, require_site, screenshot_dir  # noqa: E402
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
@@ -52,7 +52,7 @@ def test_phone_width_has_no_horizontal_overflow(chromium, site_url, page_path):
         # 화면보다 넓은 수식은 옆으로 스크롤되고, 키보드로도 스크롤할 수 있게 tabindex=0이어야 한다.
         wide_formulas = page.eval_on_selector_all(
             "div.math > math", "els => els.filter(m => m.scrollWidth > m.clientWidth + 1).map(m => m.tabIndex)")
-        page.screenshot(path=str(screenshot_dir() / screenshot_name(page_path, "phone")), full_page=True)
+        full_page_screenshot(page, screenshot_dir(), page_path, "phone")
     finally:
         context.close()
     assert result["scrollWidth"] <= result["width"] + 1 and not result["bad"], f"{page_path}: 가로 넘침 {result}"
