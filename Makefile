@@ -6,9 +6,9 @@ STAMP  := $(VENV)/.installed
 JB_FLAGS := -W -n --keep-going
 # 책을 빌드할 때 실행한 실습을 기록하고(labs/replay.py), make test는 같은 코드·같은 인자의 실습을 다시 띄우지 않고 그 기록을 쓴다
 LAB_RUNS := $(CURDIR)/_build/lab-runs
-# 테스트는 작업자(worker) 두 개가 파일 단위로 나눠 돌린다: 기다리는 시간(브라우저, Slurm, 제한 시간)이 겹친다.
-# 파일 하나는 한 작업자에서, 시간을 재는 테스트(@pytest.mark.alone)는 혼자 돈다 (tests/parallel.py)
-TEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
+# 테스트는 작업자(worker) 세 개가 파일 단위로 나눠 돌린다: 기다리는 시간(브라우저, Slurm, 제한 시간)이 겹쳐 두 코어가
+# 쉬지 않는다. 파일 하나는 한 작업자에서, 시간을 재는 테스트(@pytest.mark.alone)는 혼자 돈다 (tests/parallel.py)
+TEST_WORKERS := -n 3 --dist loadfile --no-loadscope-reorder
 
 .PHONY: book test venv browser slurm serve clean lab-list
 

@@ -1,8 +1,10 @@
-"""How `make test` shares the machine between pytest-xdist workers (``-n 2 --dist loadfile``).
+"""How `make test` shares the machine between pytest-xdist workers (``-n 3 --dist loadfile``).
 
 Run one test at a time, the suite leaves most of the two cores idle while it waits (on browser pages,
-Slurm jobs, launcher deadlines, notebook kernels); two workers overlap those waits (CPU-heavy tests
-then slow each other down: README's performance table has what it gains). The rules that keep this from changing what a test measures:
+Slurm jobs, launcher deadlines, notebook kernels); several workers overlap those waits, and with three
+on the two cores the CPU is busy nearly all the run (CPU-heavy tests then slow each other down:
+README's performance table has what it gains). The rules that keep this from changing what a test
+measures:
 
 - One file is one unit on one worker (``--dist loadfile``): its module fixtures run once, a
   notebook's cells run in order in one kernel, and every page is still opened once, because all the
@@ -11,7 +13,7 @@ then slow each other down: README's performance table has what it gains). The ru
   on any worker: :func:`turn` is a fair readers-writer lock over two ``flock`` files, held from the
   first fixture's setup to the last teardown of each test.
 - The page-visit file is scheduled first (``--no-loadscope-reorder`` keeps this order): it is the
-  longest unit, and a long unit handed out last would leave the other worker idle at the end.
+  longest unit, and a long unit handed out last would leave the other workers idle at the end.
 
 Without xdist (a reader's plain ``pytest``) nothing here changes the run.
 """
