@@ -78,7 +78,7 @@ def init_distributed() -> RankContext:
 
 def load_digits_split() -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's bundled digits (no download), a fixed stratified split, standardized pixels."""
-    # scikit-learn은 데이터를 읽을 때만 불러온다: import에 2초쯤 걸리는데, `python -m labs`의 다른 명령은 쓰지 않는다
+    # scikit-learn은 데이터를 읽을 때만 불러온다: import에 몇 초가 걸리는데, `python -m labs`의 다른 명령은 쓰지 않는다
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler

@@ -7,7 +7,10 @@ start anything). The ``faults`` lab does one all_reduce of rank+1, so N ranks mu
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -291,16 +294,11 @@ def test_cli_start_imports_no_rank_only_module():
     """`python -m labs` starts without the seconds-long imports only ranks need (scikit-learn for
     train's data): a fresh interpreter that loads the whole catalog and the CLI has none of them,
     and the fork server imports them once for every rank instead."""
-    import subprocess
-    import sys
-
     code = ("import sys, labs, labs.cli; labs.all_labs(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"labs를 불러오기만 해도 scikit-learn이 들어옵니다: {proc.stdout[:200]}"
-    import multiprocessing.forkserver
-
     labs.launch._context()
     preload = multiprocessing.forkserver._forkserver._preload_modules
     assert set(labs.launch.RANK_IMPORTS) <= set(preload), preload
