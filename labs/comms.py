@@ -59,12 +59,16 @@ class CollectiveCounter:
     def __exit__(self, *exc) -> None:
         with _quiet_stderr():
             self._prof.__exit__(*exc)
-        events = [e for e in self._prof.function_events if e.name.startswith(BACKEND_PREFIXES)]
-        for event in sorted(events, key=lambda e: e.time_range.start):
-            op = event.name.split(":", 1)[1]
+        # The profiler's raw (kineto) events, not ``function_events``: that property turns every
+        # recorded event (thousands per training step) into a Python object with its call tree,
+        # which cost more than the training itself; only the process group's work items are needed.
+        events = [e for e in self._prof.kineto_results.events()
+                  if e.name().startswith(BACKEND_PREFIXES) and not e.is_hidden_event()]
+        for event in sorted(events, key=lambda e: e.start_ns()):
+            op = event.name().split(":", 1)[1]
             self.counts[op] += 1
-            shape = (event.input_shapes or [[]])[0]
-            dtypes = getattr(event, "input_dtypes", None) or [""]
+            shape = (event.shapes() or [[]])[0]
+            dtypes = event.dtypes() or [""]
             numel = 1
             for size in shape:
                 numel *= size
