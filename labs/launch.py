@@ -65,7 +65,7 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     check_timeout(timeout)
     params = lab.resolve_params(params, nproc)
     resolved = resolve_backend(backend, nproc)
-    recording = replay.Recording(lab.name, nproc, resolved, params, timeout, lab.folders)
+    recording = replay.Recording(lab.name, nproc, resolved, params, timeout, lab.folders, lab.input_files)
     recorded = recording.load()
     if recorded is not None:
         return _replayed(lab, recorded, resolved, params)

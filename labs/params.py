@@ -173,6 +173,15 @@ class Folder(Text):
         return "폴더 경로 문자열" + ("(비우면 폴더를 쓰지 않음)" if self.allow_empty else "(비어 있으면 안 됨)")
 
 
+@dataclass(frozen=True)
+class InputFile(Text):
+    """A file the ranks only read (a reader's Python file to grade, say). A recorded run
+    (labs/replay.py) is keyed by the file's contents, not by its name."""
+
+    def rule(self) -> str:
+        return "파일 경로 문자열" + ("(비우면 기본 파일)" if self.allow_empty else "(비어 있으면 안 됨)")
+
+
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 

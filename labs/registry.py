@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .context import RankContext
 from .errors import LabConfigError
-from .params import Folder, Spec, parse_pairs, resolve
+from .params import Folder, InputFile, Spec, parse_pairs, resolve
 from .result import LabResult, Summary
 
 RankFn = Callable[..., dict]
@@ -52,6 +52,11 @@ class Lab:
     def folders(self) -> tuple[str, ...]:
         """The parameters that name a folder the ranks read and write (:class:`~labs.params.Folder`)."""
         return tuple(name for name, spec in self.params.items() if isinstance(spec, Folder))
+
+    @property
+    def input_files(self) -> tuple[str, ...]:
+        """The parameters that name a file the ranks only read (:class:`~labs.params.InputFile`)."""
+        return tuple(name for name, spec in self.params.items() if isinstance(spec, InputFile))
 
     def parse_params(self, pairs: list[str]) -> dict[str, Any]:
         """Command-line ``KEY=VALUE`` strings as typed values (not yet merged with the defaults)."""

@@ -54,24 +54,21 @@ def run_key(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _path(env: str, lab: str, key: str) -> Path | None:
-    """``<dir>/<code digest>/<lab>-<key>.pkl``: one folder per version of the labs' code."""
+def _path(env: str, name: str) -> Path | None:
+    """``<dir>/<code digest>/<name>.pkl``: one folder per version of the labs' code."""
     folder = os.environ.get(env)
-    return Path(folder) / code_digest()[:16] / f"{lab}-{key}.pkl" if folder else None
+    return Path(folder) / code_digest()[:16] / f"{name}.pkl" if folder else None
 
 
-def load(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float) -> dict | None:
-    """The recorded outcome ``{"records": [...], "wall_seconds": s}`` or ``{"error": exc}``, if any."""
-    path = _path(REPLAY_ENV, lab, run_key(lab, nproc, backend, params, timeout))
+def _read(path: Path | None) -> dict | None:
     if path is None or not path.exists():
         return None
     with path.open("rb") as f:
         return pickle.load(f)
 
 
-def save(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float, outcome: dict) -> None:
-    """Record an outcome when ``LABS_RECORD_DIR`` is set (written atomically: builds may overlap)."""
-    path = _path(RECORD_ENV, lab, run_key(lab, nproc, backend, params, timeout))
+def _write(path: Path | None, outcome: dict) -> None:
+    """Written atomically (builds may overlap)."""
     if path is None:
         return
     # One folder per code version, never removed here: a run from another copy of the code (a test's
@@ -81,6 +78,16 @@ def save(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: fl
     with tmp.open("wb") as f:
         pickle.dump(outcome, f)
     tmp.replace(path)
+
+
+def load(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float) -> dict | None:
+    """The recorded outcome ``{"records": [...], "wall_seconds": s}`` or ``{"error": exc}``, if any."""
+    return _read(_path(REPLAY_ENV, f"{lab}-{run_key(lab, nproc, backend, params, timeout)}"))
+
+
+def save(lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float, outcome: dict) -> None:
+    """Record an outcome when ``LABS_RECORD_DIR`` is set."""
+    _write(_path(RECORD_ENV, f"{lab}-{run_key(lab, nproc, backend, params, timeout)}"), outcome)
 
 
 def folder_files(path: str) -> dict[str, bytes]:
@@ -108,22 +115,29 @@ def _restore(path: str, files: dict[str, bytes]) -> None:
         (root / rel).write_bytes(data)
 
 
+def _file_digest(path: str) -> str:
+    file = Path(path)
+    return "contents:" + (hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else "missing")
+
+
 class Recording:
     """One :func:`labs.run` call's place in the records, keyed when the call starts.
 
     ``folders`` are the parameters that name folders (:class:`labs.params.Folder`): in the key, each
     non-empty one stands for what its folder holds now; :meth:`save` adds what the run left in it,
-    and a replay by :meth:`load` leaves the folder holding exactly that.
+    and a replay by :meth:`load` leaves the folder holding exactly that. ``files`` name files the
+    ranks only read (:class:`labs.params.InputFile`): each non-empty one stands for its contents.
     """
 
     def __init__(self, lab: str, nproc: int, backend: str, params: dict[str, Any], timeout: float,
-                 folders: tuple[str, ...] = ()):
+                 folders: tuple[str, ...] = (), files: tuple[str, ...] = ()):
         self.lab = lab
         self.active = bool(os.environ.get(RECORD_ENV) or os.environ.get(REPLAY_ENV))
         self.folders = {name: params[name] for name in folders if params.get(name)}
         keyed = dict(params)
         if self.active:
             keyed.update({name: _contents_digest(folder_files(path)) for name, path in self.folders.items()})
+            keyed.update({name: _file_digest(params[name]) for name in files if params.get(name)})
         self.key = (nproc, backend, keyed, timeout)
 
     def load(self) -> dict | None:
@@ -138,3 +152,33 @@ class Recording:
             left = {name: folder_files(path) for name, path in self.folders.items()}
             save(self.lab, *self.key, {**outcome, "folders": left})
 
+
+class CommandRecording:
+    """One command's place in the records: chapter 6 starts ``torchrun`` itself, not through :func:`labs.run`.
+
+    The key is the command line, the environment variables it gets beyond this process's own, its
+    timeout and the labs' code digest. The run's temporary folder (the ``TMPDIR`` it is given) is
+    written ``$TMPDIR`` wherever it occurs, and stands in the key for what it holds when the command
+    starts. Recorded: the exit status, stdout and stderr, not what the command leaves in that folder
+    (which the chapter removes).
+    """
+
+    def __init__(self, cmd: list[str], env: dict[str, str], timeout: float):
+        active = bool(os.environ.get(RECORD_ENV) or os.environ.get(REPLAY_ENV))
+        tmp = env.get("TMPDIR") if env.get("TMPDIR") != os.environ.get("TMPDIR") else None
+
+        def general(text: str) -> str:
+            return text.replace(tmp, "$TMPDIR") if tmp else text
+
+        added = sorted((name, general(value)) for name, value in env.items() if os.environ.get(name) != value)
+        removed = sorted(set(os.environ) - set(env))
+        held = _contents_digest(folder_files(tmp)) if tmp and active else None
+        text = json.dumps([[general(arg) for arg in cmd], added, removed, held, timeout, code_digest()])
+        self.key = hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def load(self) -> dict | None:
+        """``{"returncode": int, "stdout": str, "stderr": str}`` of the recorded run, if any."""
+        return _read(_path(REPLAY_ENV, f"command-{self.key}"))
+
+    def save(self, outcome: dict) -> None:
+        _write(_path(RECORD_ENV, f"command-{self.key}"), outcome)

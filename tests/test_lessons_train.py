@@ -181,6 +181,7 @@ def test_script_runs_as_one_process(tmp_path):
     assert summary["world_size"] == 1 and summary["restarts"] == 0 and len(summary["history"]) == 3
 
 
+@pytest.mark.real_ranks  # the chapter's cell replays this command from the build; here it runs
 def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     """The chapter's command: the last rank dies in epoch 3, torchrun restarts once, the result is unchanged."""
     from labs import commands

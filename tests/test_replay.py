@@ -168,3 +168,53 @@ def test_a_folder_parameter_is_keyed_by_contents_and_restored(runs_dir, spawn_co
     finished = labs.run("train", nproc=1, ckpt_dir=str(a), epochs=3)
     assert not finished.replayed and finished.data["summary"]["resumed_from"] == 3
     assert spawn_counter == ["train", "train", "train"]
+
+
+def test_an_input_file_is_keyed_by_contents(runs_dir, spawn_counter, tmp_path):
+    """Chapter 9 grades the reader's file from a fresh temporary folder: the same contents under
+    another name replay; other contents under the same name run."""
+    reference = (Path(labs.__file__).parent / "miniddp.py").read_text(encoding="utf-8")
+    first, second = tmp_path / "a" / "my_ddp.py", tmp_path / "b" / "my_ddp.py"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text(reference, encoding="utf-8")
+    small = {"classes": ["PerParameterDDP"], "steps": 1, "width": 4, "depth": 2}
+
+    ran = labs.grade(first, nproc=1, **small)
+    again = labs.grade(second, nproc=1, **small)
+    assert spawn_counter == ["grade"] and again.replayed and again.report() == ran.report()
+
+    second.write_text(reference + "\n# 내용이 바뀌었다\n", encoding="utf-8")
+    changed = labs.grade(second, nproc=1, **small)
+    assert spawn_counter == ["grade", "grade"] and not changed.replayed
+
+
+def test_a_command_is_keyed_by_its_line_with_the_temporary_folder_taken_out(runs_dir, tmp_path):
+    """Chapter 6 runs torchrun in a fresh temporary folder: the same command line in another folder
+    replays (nothing starts: the recorded pid comes back, no file is written), while another line,
+    or a folder that holds something, runs."""
+    import os
+    import sys
+
+    from labs.lessons.train import run_command
+
+    script = "import os, sys; open(sys.argv[1], 'w').write('ran'); print(os.getpid())"
+
+    def in_folder(name: str, *extra: str):
+        folder = tmp_path / name
+        folder.mkdir(exist_ok=True)
+        env = {**os.environ, "TMPDIR": str(folder)}
+        return run_command([sys.executable, "-c", script, str(folder / "out.txt"), *extra], env, timeout=60), folder
+
+    first, a = in_folder("a")
+    again, b = in_folder("b")
+    assert first.returncode == 0 and (a / "out.txt").exists()
+    assert again.stdout == first.stdout and not (b / "out.txt").exists()
+
+    other, c = in_folder("c", "another-argument")
+    assert (c / "out.txt").exists() and other.stdout != first.stdout
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "left.txt").write_text("something")
+    _, d = in_folder("d")
+    assert (d / "out.txt").exists()

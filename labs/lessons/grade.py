@@ -31,7 +31,7 @@ from ..context import RankContext
 from ..miniddp import MIB, group_by_size
 from ..miniddp_trace import AllReduceTrace, CollectiveMismatch
 from ..models import mse_backward, rank_batch, wrap_ddp
-from ..params import Float, Int, Text, seed
+from ..params import Float, InputFile, Int, Text, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_close, check_equal, check_true, not_applicable
@@ -332,7 +332,7 @@ LAB = Lab(
     chapter=9,
     default_nproc=2,
     validate=validate,
-    params={"path": Text("", help="채점할 파이썬 파일 (비우면 참조 구현 labs/miniddp.py)"),
+    params={"path": InputFile("", help="채점할 파이썬 파일 (비우면 참조 구현 labs/miniddp.py)"),
             "classes": Text("BucketedDDP", allow_empty=False, help="채점할 클래스 이름(여러 개면 공백으로 구분)"),
             "bucket_cap_mb": Float(0.008, min=0.0, max=1024.0, min_open=True, help="버킷 클래스에 줄 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),

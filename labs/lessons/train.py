@@ -26,6 +26,7 @@ from torch.utils.data.distributed import DistributedSampler
 from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
+from .. import replay
 from ..models import flat_parameters
 from ..params import Float, Folder, Int, seed
 from ..primitives import max_abs_diff
@@ -263,7 +264,15 @@ def compare_runs(resumed: dict, uninterrupted: dict, fail_at_epoch: int, backend
 
 
 def run_command(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """Run ``cmd`` (e.g. torchrun) with a deadline; on timeout stop it and everything it started."""
+    """Run ``cmd`` (e.g. torchrun) with a deadline; on timeout stop it and everything it started.
+
+    Recorded and replayed like a lab run when ``LABS_RECORD_DIR``/``LABS_REPLAY_DIR`` are set
+    (:class:`labs.replay.CommandRecording`: `make test` runs the chapter's torchrun once, in the build).
+    """
+    recording = replay.CommandRecording(cmd, env, timeout)
+    recorded = recording.load()
+    if recorded is not None:
+        return subprocess.CompletedProcess(cmd, recorded["returncode"], recorded["stdout"], recorded["stderr"])
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -275,6 +284,7 @@ def run_command(cmd: list[str], env: dict, timeout: float) -> subprocess.Complet
             proc.kill()
             proc.communicate()
         raise TimeoutError(f"{timeout:g}초 안에 끝나지 않아 명령과 그 자식 프로세스를 종료했습니다: {' '.join(cmd)}") from None
+    recording.save({"returncode": proc.returncode, "stdout": out, "stderr": err})
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
