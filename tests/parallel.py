@@ -11,7 +11,10 @@ measures:
   tests that share the per-page desktop visit (``page_report``) live in tests/test_site_pages.py.
 - Tests marked ``alone`` (they time the machine: chapter 8's benchmark) run while no other test runs
   on any worker: :func:`turn` is a fair readers-writer lock over two ``flock`` files, held from the
-  first fixture's setup to the last teardown of each test.
+  first fixture's setup to the last teardown of each test. A worker keeps the exclusive turn through
+  consecutive ``alone`` tests (a whole file of them runs on one worker): taking it again for each one
+  would let the other workers start long tests in between, and every ``alone`` test would then wait,
+  with the machine half idle, for the longest of them to end.
 - The page-visit file is scheduled first (``--no-loadscope-reorder`` keeps this order): it is the
   longest unit, and a long unit handed out last would leave the other workers idle at the end.
 
@@ -85,11 +88,30 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: SHARED_VISITS not in getattr(item, "fixturenames", ()))  # stable sort
 
 
+def _is_alone(item) -> bool:
+    return item is not None and item.get_closest_marker(ALONE) is not None
+
+
+_exclusive: contextlib.ExitStack | None = None  # this worker's exclusive turn, kept across consecutive alone tests
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    global _exclusive
     folder = lock_dir(item.config)
     if folder is None:
         yield
         return
-    with turn(folder, alone=item.get_closest_marker(ALONE) is not None):
+    if not _is_alone(item):
+        with turn(folder, alone=False):
+            yield
+        return
+    if _exclusive is None:  # else the alone test just before still holds it
+        _exclusive = contextlib.ExitStack()
+        _exclusive.enter_context(turn(folder, alone=True))
+    try:
         yield
+    finally:
+        if not _is_alone(nextitem):
+            _exclusive.close()
+            _exclusive = None

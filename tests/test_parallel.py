@@ -133,6 +133,18 @@ def test_plain(log, i):
     pass
 """
 
+TIMED_FILE = """
+import time
+import pytest
+
+pytestmark = pytest.mark.alone
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_timed(log, i):
+    time.sleep(0.3)
+"""
+
 VISITS_FILE = """
 import pytest
 
@@ -154,12 +166,14 @@ def xdist_flags() -> list[str]:
 @pytest.mark.parametrize("rules", [True, False], ids=["with-parallel-rules", "without"])
 def test_make_test_flags_keep_files_whole_visits_first_alone_alone(tmp_path, rules):
     """A small suite under `make test`'s xdist flags: each file runs on one worker, the page-visit
-    file (last by name) starts first, and the ``alone`` test overlaps no other test. Without the
-    hooks of tests/parallel.py the same suite starts the visits late and runs ``alone`` beside them."""
+    file (last by name) starts first, the ``alone`` tests overlap no other test, and a file of
+    ``alone`` tests runs as one stretch that no other test enters. Without the hooks of
+    tests/parallel.py the same suite starts the visits late and runs ``alone`` beside them."""
     hooks = "from parallel import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure" if rules else ""
     (tmp_path / "conftest.py").write_text(SUITE_CONFTEST.format(here=str(Path(__file__).resolve().parent), hooks=hooks))
     for name in ("a", "b", "c"):
         (tmp_path / f"test_{name}.py").write_text(PLAIN_FILE)
+    (tmp_path / "test_m_timed.py").write_text(TIMED_FILE)
     (tmp_path / "test_z_pages.py").write_text(VISITS_FILE)
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     env.pop(parallel.LOCK_ENV, None)
@@ -170,15 +184,19 @@ def test_make_test_flags_keep_files_whole_visits_first_alone_alone(tmp_path, rul
     for line in (tmp_path / "log.txt").read_text().splitlines():
         module, name, worker, start, end = line.split()
         runs.append((module, name, worker, float(start), float(end)))
-    assert len(runs) == 3 * 4 + 8, runs
+    assert len(runs) == 3 * 4 + 3 + 8, runs
     workers = {module: {w for m, _, w, _, _ in runs if m == module} for module, *_ in runs}
     assert all(len(w) == 1 for w in workers.values()), workers
     first = {w: min((r for r in runs if r[2] == w), key=lambda r: r[3])[0] for w in {r[2] for r in runs}}
-    alone = [r for r in runs if r[1] == "test_alone"]
+    alone = [r for r in runs if r[1] == "test_alone" or r[0] == "test_m_timed"]
+    timed = [r for r in runs if r[0] == "test_m_timed"]
+    stretch = (min(r[3] for r in timed), max(r[4] for r in timed))
+    inside = [(r[0], r[1]) for r in runs if r[0] != "test_m_timed" and stretch[0] < r[4] and r[3] < stretch[1]]
     clashes = [(a[0], r[0], r[1]) for a in alone for r in runs if r is not a and a[3] < r[4] and r[3] < a[4]]
     if rules:
         assert "test_z_pages" in first.values(), first
         assert not clashes, clashes
+        assert not inside, f"alone 파일을 도는 사이에 다른 테스트가 돌았습니다: {inside}"
         assert not list(tmp_path.glob("ddp-course-tests-*")), "잠금 폴더가 남았습니다"
     else:
         assert "test_z_pages" not in first.values() and clashes, (first, clashes)
