@@ -176,7 +176,8 @@ class Folder(Text):
 @dataclass(frozen=True)
 class InputFile(Text):
     """A file the ranks only read (a reader's Python file to grade, say). A recorded run
-    (labs/replay.py) is keyed by the file's contents, not by its name."""
+    (labs/replay.py) is keyed by the file's contents, not by its name; a module that file imports
+    is not part of the key."""
 
     def rule(self) -> str:
         return "파일 경로 문자열" + ("(비우면 기본 파일)" if self.allow_empty else "(비어 있으면 안 됨)")

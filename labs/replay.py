@@ -12,7 +12,10 @@ recorded or replayed unless these variables are set: a reader's `labs.run` alway
 A parameter that names a folder the ranks read and write (:class:`labs.params.Folder`: chapter 6's
 checkpoint folder) keys the run by what the folder holds before it, not by its (temporary) name, and
 the record keeps what the run left there; a replay puts exactly that back (:class:`Recording`). So a
-failed run that wrote a checkpoint and the run that resumes from it replay as a pair.
+failed run that wrote a checkpoint and the run that resumes from it replay as a pair. A parameter
+that names a file the ranks only read (:class:`labs.params.InputFile`: the file chapter 9 grades)
+keys the run by the file's contents. Chapter 6 also starts ``torchrun`` itself; that command is
+recorded and replayed the same way (:class:`CommandRecording`).
 """
 
 from __future__ import annotations
