@@ -1,9 +1,12 @@
 """labs.replay: a run recorded by the book build is replayed only for the same lab, N, backend,
-parameters, timeout and lab source code, and its checks are computed anew from the records."""
+parameters, timeout and lab source code (a folder or an input file by its contents, chapter 6's
+command with its temporary folder taken out), and its checks are computed anew from the records."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import labs
 import labs.launch
 import labs.replay
 from labs.errors import RankFailedError
+from labs.lessons.train import run_command
 from labs.replay import RECORD_ENV, REPLAY_ENV
 
 pytestmark = [pytest.mark.real_ranks, pytest.mark.timeout(120)]
@@ -193,11 +197,6 @@ def test_a_command_is_keyed_by_its_line_with_the_temporary_folder_taken_out(runs
     """Chapter 6 runs torchrun in a fresh temporary folder: the same command line in another folder
     replays (nothing starts: the recorded pid comes back, no file is written), while another line,
     or a folder that holds something, runs."""
-    import os
-    import sys
-
-    from labs.lessons.train import run_command
-
     script = "import os, sys; open(sys.argv[1], 'w').write('ran'); print(os.getpid())"
 
     def in_folder(name: str, *extra: str):
