@@ -120,7 +120,7 @@ def pipelined_ring_all_reduce_(buf: torch.Tensor, p2p: P2P, segment_bytes: int =
             previous.wait()
         sending[(chunk, k)] = p2p.isend(segments[chunk][k], right)
 
-    for k in range(len(segments[rank])):  # 단계 0: 내 청크을 세그먼트마다 보낸다
+    for k in range(len(segments[rank])):  # 단계 0: 내 청크를 세그먼트마다 보낸다
         send(rank, k)
     posted = [post(i) for i in range(min(WINDOW, len(arrivals)))]
     for i, (t, chunk, k) in enumerate(arrivals):

@@ -150,7 +150,8 @@ def global_mean(loss_sum: torch.Tensor, count: int, device: torch.device) -> flo
 
 @torch.no_grad()
 def count_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
-    return int((model(x).argmax(dim=1) == y).sum())
+    with torch.no_grad():  # 평가: 그래디언트 그래프를 만들지 않는다
+        return int((model(x).argmax(dim=1) == y).sum())
 
 
 def evaluate(model: nn.Module, dataset: TensorDataset, ctx: RankContext) -> tuple[int, int]:

@@ -200,7 +200,7 @@ def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     for name in UNUSED_CONFIGS["fix"]:
         logs = [r["runs"][name]["log"] for r in ranks]
         rows[name] = {"all_reduce_per_step": [s["all_reduce"] for s in logs[0]],
-                      "items_per_step": [[(i["numel"], i["dtype"]) for i in s["items"]] for s in logs[0]],
+                      "items_per_step": [[(i["op"], i["numel"], i["dtype"]) for i in s["items"]] for s in logs[0]],
                       "loss": [s["loss"] for s in logs[0]]}
         checks.append(check_equal(f"{name}_trains", sorted({len(lg) for lg in logs}), [steps],
                                   f"{name}=True면 예외 없이 {steps}스텝을 모두 마친다(마친 스텝 수)"))
@@ -209,7 +209,7 @@ def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
                                   0.0, 0.0, f"{name}=True로 학습한 복제본이 모든 랭크에서 같다(최대 절대 차이)"))
     # find_unused_parameters의 비용: 매 반복 '이번에 쓰인 파라미터' 표(int32, 파라미터 텐서 수만큼)를 한 번 더 All-Reduce한다.
     n_tensors = runs["find_unused_parameters"]["n_param_tensors"]
-    extra = [[item for item in step if item == (n_tensors, "int32")] for step in
+    extra = [[item for item in step if item == ("all_reduce", n_tensors, "int32")] for step in
              rows["find_unused_parameters"]["items_per_step"]]
     checks.append(check_equal("find_unused_extra_all_reduce", sorted({len(e) for e in extra}), [1],
                               f"find_unused_parameters=True는 매 반복 int32 {n_tensors}칸짜리 사용 여부 표를 한 번 더 All-Reduce한다(반복당 개수)"))
@@ -225,9 +225,12 @@ def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 # ----------------------------------------------------------------------------- 3. evaluation on rank 0 only
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    was_training = model.training
     model.eval()
     with torch.no_grad():
-        return float(_loss(model, x, y))
+        loss = float(_loss(model, x, y))
+    model.train(was_training)  # 평가가 끝나면 학습 모드로 되돌린다
+    return loss
 
 
 def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
@@ -362,7 +365,7 @@ def shape_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     torch.manual_seed(p["seed"] + ctx.rank)               # 초기값은 일부러 랭크마다 다르게
     model = tiny_mlp(hidden=hidden)
     before = flat_parameters(model).tolist()
-    ddp = wrap_ddp(model, ctx.device)                      # 생성자가 모양을 맞춰 보고, 랭크 0의 값을 방송한다
+    ddp = wrap_ddp(model, ctx.device)                      # 생성자가 모양을 맞춰 보고, 랭크 0의 값을 브로드캐스트한다
     return {"before": before, "after": flat_parameters(ddp.module).tolist()}
 
 
@@ -374,7 +377,7 @@ def shape_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
                           "DDP 생성 직후 모든 랭크의 파라미터가 랭크 0의 초기값과 같다(최대 절대 차이)")]
     if len(ranks) > 1:
         checks.append(check_at_least("different_before", _gathered_equal(ranks, "before"), 1e-6,
-                                     "감싸기 전에는 랭크마다 초기값이 달랐다(최대 차이): 같아진 것은 방송 덕분이다"))
+                                     "감싸기 전에는 랭크마다 초기값이 달랐다(최대 차이): 같아진 것은 브로드캐스트 덕분이다"))
     return Summary({}, checks)
 
 

@@ -43,10 +43,11 @@ def unused_cost_table(fix):
     rows = []
     for name, row in measured(fix)["rows"].items():
         for step, (count, items) in enumerate(zip(row["all_reduce_per_step"], row["items_per_step"])):
-            what = ", ".join(f"{numel}칸 {dtype}" for numel, dtype in items)
+            what = ", ".join(f"{op} {numel}칸 {dtype}" for op, numel, dtype in items)
             rows.append([f"{name}=True", step + 1, count, what])
-    return html_table(["설정", "반복", "All-Reduce 수", "보낸 텐서 (원소 수, dtype)"], rows,
-                      caption="쓰지 않는 파라미터를 허용하는 두 방법의 통신 (랭크 0, 프로파일러로 셈)")
+    return html_table(["설정", "반복", "All-Reduce 수", "그 반복의 집합 통신 전부 (종류, 원소 수, dtype)"], rows,
+                      caption="쓰지 않는 파라미터를 허용하는 두 방법의 통신 (랭크 0, 프로파일러로 셈). "
+                              "broadcast는 버킷을 다시 만들 때 랭크 0의 버킷 배정을 나눠 주는 통신이다")
 
 
 def epoch_order_table(bug, fix, first: int = 8):
@@ -83,7 +84,34 @@ def detail_lines(result):
         if found:
             rows.append([_shorten(found.group(1)).strip(), meaning])
     return html_table(["예외 문장의 부분 (실제 출력, TensorOptions는 장치만 남김)", "뜻"], rows,
-                      caption=f"TORCH_DISTRIBUTED_DEBUG=DETAIL에서 랭크 {measured(result).get('rank')}가 낸 예외, 한 부분씩")
+                      caption=f"TORCH_DISTRIBUTED_DEBUG=DETAIL에서 예외를 낸 랭크({measured(result).get('rank')})의 문장, 한 부분씩")
+
+
+_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((.*?)\)(?=, but Rank|\.Collectives differ|$)",
+                          flags=re.S)
+
+
+def fingerprints(result) -> list[dict]:
+    """Each rank's fingerprint as the DETAIL message states it: rank, sequence number, op type, tensor shapes."""
+    found = []
+    for rank, body in _FINGERPRINT.findall(measured(result).get("message", "")):
+        seq = re.search(r"SequenceNumber=(\d+)", body)
+        op = re.search(r"OpType=(\w+)", body)
+        shapes = re.findall(r"TensorShape=\[([^\]]*)\]", body)
+        found.append({"rank": int(rank), "seq": int(seq.group(1)) if seq else None,
+                      "op": op.group(1) if op else None, "shapes": [f"[{s}]" for s in shapes]})
+    return found
+
+
+def detail_reading(result) -> str:
+    """One Korean sentence per rank, read off this run's DETAIL message (so the text is the output shown)."""
+    parts = []
+    for fp in fingerprints(result):
+        shape = f", 텐서 모양 {', '.join(fp['shapes'])}" if fp["shapes"] else ", 텐서 모양 없음"
+        parts.append(f"랭크 {fp['rank']}: 순번 {fp['seq']}의 {fp['op']}{shape}")
+    if len(parts) < 2:
+        raise ValueError("DETAIL 예외 문장에서 두 랭크의 CollectiveFingerPrint를 읽지 못했습니다")
+    return "이번 실행의 예외가 말하는 것 — " + "; ".join(parts) + "."
 
 
 def lr_scaling_figure(bug, fix) -> go.Figure:
