@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import html_table
 
-# (장, 주장, 실습, 확인 항목, 측정값의 뜻)
+# (장, 주장, 실행 이름(RUNS), 확인 항목, 측정값의 뜻)
 SUMMARY = (
     ("1장 구조", "DDP로 감싸면 복제본이 비트 단위까지 같아진다", "replicas", "replicas_identical_after_ddp", "랭크 간 최대 차이"),
     ("1장 구조", "DistributedSampler는 데이터를 겹치지 않게 나눈다", "replicas", "no_overlap", "중복 샘플 수"),
@@ -23,10 +23,19 @@ SUMMARY = (
     ("7장 내부", "버킷은 번호 순서대로 보낸다", "buckets", "launched_in_index_order", "순서대로 보낸 랭크·cap 조합 수"),
     ("7장 내부", "no_sync() 누적은 All-Reduce를 K−1번 줄인다", "accumulation", "allreduce_saved", "줄어든 All-Reduce 수"),
     ("7장 내부", "Join은 배치 수가 다른 랭크의 멈춤을 막는다", "uneven", "join_finished", "랭크별로 끝낸 반복 수"),
+    ("8장 비용", "버킷을 키우면 All-Reduce 호출 수가 준다", "bench", "fewer_calls_with_bigger_buckets",
+     "cap을 키워 가며 센 스텝당 호출 수"),
+    ("8장 비용", "직접 만든 링 All-Reduce는 라이브러리와 같은 합을 낸다", "bench", "rings_match_library", "최대 차이"),
+    ("9장 직접 만들기", "직접 만든 DDP의 계단은 torch DDP·단일 프로세스와 같은 곳에 도착한다", "miniddp",
+     "same_as_ddp_and_single", "파라미터 최대 차이"),
+    ("10장 함정", "no_sync()는 순전파까지 감싸야 마지막 마이크로 스텝만 통신한다", "traps no_sync", "synced_micro_steps",
+     "All-Reduce한 마이크로 스텝"),
     ("11장 오해", "DDP는 모델을 나누지 않는다", "myths", "ddp_full_params_every_rank", "랭크마다 가진 파라미터 수"),
     ("11장 오해", "동기화하지 않으면 복제본이 갈라진다", "myths", "unsynced_drift_grows", "마지막 스텝의 최대 L2 거리"),
 )
-LABS = tuple(dict.fromkeys(lab for _, _, lab, _, _ in SUMMARY))
+# 실행 이름 → (실습, 인자): 인자가 없으면 실습 이름 그대로 기본 인자로 실행한다
+RUNS = {name: (name, {}) for name in dict.fromkeys(run for _, _, run, _, _ in SUMMARY)}
+RUNS["traps no_sync"] = ("traps", {"trap": "no_sync", "variant": "fix"})
 
 
 def _fmt(value) -> str:
@@ -36,11 +45,11 @@ def _fmt(value) -> str:
 
 
 def course_summary_table(runs: dict):
-    """The course's core claims with the values measured by ``runs`` ({lab name: LabResult})."""
+    """The course's core claims with the values measured by ``runs`` ({run name of RUNS: LabResult})."""
     rows = []
-    for chapter, claim, lab, check, meaning in SUMMARY:
-        c = runs[lab].checks[check]
-        rows.append([chapter, claim, f"{lab} (N={runs[lab].world_size})", check,
+    for chapter, claim, run, check, meaning in SUMMARY:
+        c = runs[run].checks[check]
+        rows.append([chapter, claim, f"{runs[run].lab} (N={runs[run].world_size})", check,
                      f"{meaning}: {_fmt(c.value)}" + ("" if c.ok else " (실패)")])
     return html_table(["장", "주장", "실습 (N)", "확인 항목", "측정값"], rows,
                       caption="코스 요약: 장마다의 핵심 주장과 이 페이지를 빌드할 때 측정한 값")
