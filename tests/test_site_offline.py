@@ -15,6 +15,7 @@ The site is read from ``DDP_SITE_DIR`` (default ``<repo>/_build/html``); build i
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from functools import lru_cache
@@ -46,8 +47,8 @@ PLOTLY_STATIC = "_static/plotly.min.js"
 MATH_FONT = "_static/fonts/ddp-math.woff2"
 ICON_FONT = "_static/vendor/fontawesome/webfonts/fa-solid-900.woff2"
 SEARCH_SCRIPTS = ("searchindex.js", "_static/searchtools.js", "_static/language_data.js")
-PLOTLY_BANNER_HTML = re.compile(r"plotly\.js v\d")
-PLOTLY_BANNER_JS = re.compile(r"^\s*\*\s*plotly\.js v\d+\.\d+", re.MULTILINE)
+PLOTLY_BANNER_HTML = re.compile(r"plotly\.js (?:\([^)]*\) )?v\d")
+PLOTLY_BANNER_JS = re.compile(r"^\s*\*\s*plotly\.js (?:\([^)]*\) )?v\d+\.\d+", re.MULTILINE)
 MAX_PAGE_BYTES = 1_500_000
 CSS_IMPORT_URL = re.compile(r"""@import\s+(?:url\()?\s*['"]?([^'")\s;]+)""", re.IGNORECASE)
 
@@ -324,3 +325,70 @@ def test_root_redirects_to_intro(site):
     assert "book/intro.html" in target, (
         f"{site_server.REDIRECT_PAGE}는 book/intro.html로 이동해야 합니다 (meta refresh: {target!r})"
     )
+
+
+# --- the cartesian plotly.js bundle ----------------------------------------------------------------
+
+VENDORED_PLOTLY = Path(__file__).resolve().parent.parent / "book" / "_ext" / "vendor" / "plotly-cartesian" / "plotly-cartesian.min.js"
+_VERSION = re.compile(r"plotly\.js[^\n]*? v(\d+\.\d+\.\d+)")
+
+
+def _bundle_version(path: Path) -> str:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        found = _VERSION.search(f.read(600))
+    assert found, f"{path}의 첫 줄에서 plotly.js 버전을 읽지 못했습니다"
+    return found.group(1)
+
+
+def test_vendored_bundle_is_the_plotly_js_version_of_the_pinned_plotly():
+    import plotly
+
+    full = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    assert _bundle_version(VENDORED_PLOTLY) == _bundle_version(full), (
+        "plotly 고정 버전이 바뀌었습니다: 같은 버전의 plotly.js-cartesian-dist-min을 다시 받아 "
+        "book/_ext/vendor/plotly-cartesian/에 넣으세요(README.md)")
+
+
+def test_bundle_traces_are_the_trace_modules_inside_the_bundle():
+    from labs import viz
+
+    registered = set(re.findall(r'name:"([a-z0-9]+)",basePlotModule', VENDORED_PLOTLY.read_text(encoding="utf-8")))
+    assert registered and registered == set(viz.BUNDLE_TRACES)
+
+
+def test_site_serves_the_cartesian_bundle(site):
+    served = (site / PLOTLY_STATIC).read_bytes()
+    assert served == VENDORED_PLOTLY.read_bytes(), f"{PLOTLY_STATIC}가 book/_ext/vendor의 cartesian 묶음이 아닙니다"
+
+
+def test_show_refuses_a_trace_type_the_bundle_lacks():
+    import plotly.graph_objects as go
+
+    from labs import viz
+
+    flat = go.Figure(go.Scatter(x=[0, 1], y=[1, 2]))
+    assert viz.trace_types(flat) == {"scatter"}
+    solid = go.Figure(go.Scatter3d(x=[0], y=[0], z=[0]))
+    with pytest.raises(ValueError, match="scatter3d"):
+        viz.show(solid, "fig-3d", alt="3차원 산점도")
+    framed = go.Figure(go.Scatter(x=[0], y=[0]), frames=[go.Frame(data=[go.Scattergl(x=[0], y=[0])])])
+    with pytest.raises(ValueError, match="scattergl"):
+        viz.show(framed, "fig-frames", alt="프레임 안의 scattergl")
+
+
+def test_every_figure_on_the_site_draws_bundle_traces_only(site):
+    from labs import viz
+
+    drawn: set[str] = set()
+    for path in _pages(site):
+        for script in _soup(path).find_all("script"):
+            text = script.string or ""
+            # newPlot("id", [traces...], layout): layout의 template에 적힌 trace 종류는 그림이 그리지 않는다
+            for call in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", text):
+                traces, _ = json.JSONDecoder().raw_decode(text, call.end())
+                drawn |= {t.get("type", "scatter") for t in traces}
+            for call in re.finditer(r"Plotly\.addFrames\(\s*['\"][^'\"]+['\"],\s*", text):
+                frames, _ = json.JSONDecoder().raw_decode(text, call.end())
+                drawn |= {t.get("type", "scatter") for frame in frames for t in frame.get("data", [])}
+    assert drawn, "사이트에서 plotly 그림을 하나도 찾지 못했습니다"
+    assert drawn <= set(viz.BUNDLE_TRACES), f"묶음에 없는 trace 종류: {sorted(drawn - set(viz.BUNDLE_TRACES))}"

@@ -22,12 +22,28 @@ def rank_color(rank: int) -> str:
     return RANK_COLORS[rank % len(RANK_COLORS)]
 
 
+# The trace types of the plotly.js bundle the site serves (book/_ext/vendor/plotly-cartesian):
+# a figure with any other type would stay blank on the site, so show() refuses it.
+BUNDLE_TRACES = frozenset({"bar", "box", "contour", "heatmap", "histogram", "histogram2d", "histogram2dcontour",
+                           "image", "pie", "scatter", "scatterternary", "violin"})
+
+
+def trace_types(fig: go.Figure) -> set[str]:
+    """Every trace type ``fig`` draws, its animation frames included."""
+    return {trace.type for trace in fig.data} | {trace.type for frame in fig.frames for trace in frame.data}
+
+
 def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
     """Display ``fig`` for the static site and for live Jupyter.
 
     ``alt`` is a Korean one-sentence description of the figure for screen readers.
     """
     from IPython.display import display
+
+    missing = trace_types(fig) - BUNDLE_TRACES
+    if missing:
+        raise ValueError(f"그림 {div_id}의 trace 종류 {sorted(missing)}는 사이트의 plotly.js 묶음에 없습니다: "
+                         f"{sorted(BUNDLE_TRACES)} 중에서 고르세요.")
 
     body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, auto_play=False,
                        config={"responsive": True, "displaylogo": False})
