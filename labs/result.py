@@ -187,11 +187,25 @@ class LabResult:
                 f"<td>{value}</td><td>{html.escape(c.criterion())}</td><td>{html.escape(c.description)}</td></tr>"
             )
         caption = f"실습 <code>{html.escape(self.lab)}</code>의 확인 결과 (N={self.world_size}, {html.escape(self.backend)})"
-        return (
-            '<table class="lab-checks"><caption>' + caption + "</caption>"
-            "<thead><tr><th>결과</th><th>확인</th><th>측정값</th><th>기준</th><th>주장</th></tr></thead>"
-            "<tbody>" + "".join(rows) + "</tbody></table>"
-        )
+        table = ('<table class="lab-checks"><caption>' + caption + "</caption>"
+                 "<thead><tr><th>결과</th><th>확인</th><th>측정값</th><th>기준</th><th>주장</th></tr></thead>"
+                 "<tbody>" + "".join(rows) + "</tbody></table>")
+        # 표는 한 줄로 접어 둔다: 모두 통과하면 닫힌 채로, 실패가 있으면 열린 채로
+        failed = not self.ok
+        return (f'<details class="lab-checks-box"{" open" if failed else ""}>'
+                f'<summary>{html.escape(self.summary_line())}</summary>{table}</details>')
+
+    def summary_line(self) -> str:
+        """One Korean line: ``✓ 확인 9개 모두 통과 — 자세히 보기`` (or how many failed)."""
+        applicable = [c for c in self.checks.values() if c.applicable]
+        passed = sum(c.ok for c in applicable)
+        skipped = len(self.checks) - len(applicable)
+        tail = f" (해당 없음 {skipped}개)" if skipped else ""
+        if not applicable:
+            return f"– 확인할 항목이 없습니다{tail} — 자세히 보기"
+        if passed == len(applicable):
+            return f"✓ {self.lab} 실습의 확인 {len(applicable)}개 모두 통과{tail} — 자세히 보기"
+        return f"× {self.lab} 실습의 확인 {len(applicable)}개 중 {len(applicable) - passed}개 실패{tail} — 자세히 보기"
 
 
 def _fmt(value: Any) -> str:
