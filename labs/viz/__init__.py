@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 
 import plotly.graph_objects as go
 
@@ -33,10 +34,44 @@ def trace_types(fig: go.Figure) -> set[str]:
     return {trace.type for trace in fig.data} | {trace.type for frame in fig.frames for trace in frame.data}
 
 
+# Tags a plotly title may use that the page keeps when the title moves out of the plot.
+_TITLE_TAGS = re.compile(r"&lt;(/?(?:b|i|sup|sub)|br ?/?)&gt;")
+# Updates the page title of a figure when an animation frame or a slider step shows another frame.
+_FRAME_TITLES_JS = ("(function(){{var gd=document.getElementById({id}),el=document.getElementById({title_id}),"
+                    "titles={titles};function hook(){{if(!gd||!gd.on){{return setTimeout(hook,50);}}"
+                    "gd.on('plotly_animatingframe',function(e){{if(e&&titles.hasOwnProperty(e.name))"
+                    "{{el.innerHTML=titles[e.name];}}}});}}hook();}})();")
+
+
+def _title_html(text: str | None) -> str:
+    return _TITLE_TAGS.sub(r"<\1>", html.escape(text or ""))
+
+
+def _page_figure(fig: go.Figure) -> tuple[go.Figure, str, dict[str, str]]:
+    """A copy of ``fig`` for the page: its title (and each frame's) moves out of the plot.
+
+    A title drawn inside plotly's SVG never wraps: on a phone it is cut at the edge, and it collides
+    with a legend above the plot. Above the plot in the page it wraps like any heading.
+    """
+    page = go.Figure(fig)
+    title = _title_html(page.layout.title.text)
+    frame_titles = {frame.name: _title_html(frame.layout.title.text)
+                    for frame in page.frames if frame.name is not None and frame.layout.title.text}
+    page.update_layout(title=None)
+    if page.layout.margin.t is None or page.layout.margin.t > 40:
+        page.update_layout(margin_t=40)
+    for frame in page.frames:
+        if frame.layout.title.text:
+            frame.layout.title = None
+    return page, title, frame_titles
+
+
 def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
     """Display ``fig`` for the static site and for live Jupyter.
 
-    ``alt`` is a Korean one-sentence description of the figure for screen readers.
+    ``alt`` is a Korean one-sentence description of the figure for screen readers. On the page the
+    title is an HTML line above the plot (it follows the frames of an animation) and plotly's
+    toolbar is off, so nothing is drawn over the title or the legend at any width.
     """
     from IPython.display import display
 
@@ -44,11 +79,15 @@ def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
     if missing:
         raise ValueError(f"그림 {div_id}의 trace 종류 {sorted(missing)}는 사이트의 plotly.js 묶음에 없습니다: "
                          f"{sorted(BUNDLE_TRACES)} 중에서 고르세요.")
-
-    body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, auto_play=False,
-                       config={"responsive": True, "displaylogo": False})
-    figure = (f'<figure class="ddp-figure" role="group" aria-label="{html.escape(alt)}">{body}'
-              f'<figcaption class="ddp-figure-alt">{html.escape(alt)}</figcaption></figure>')
+    page, title, frame_titles = _page_figure(fig)
+    body = page.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, auto_play=False,
+                        config={"responsive": True, "displaylogo": False, "displayModeBar": False})
+    title_id = f"{div_id}-title"
+    script = (f"<script>{_FRAME_TITLES_JS.format(id=json.dumps(div_id), title_id=json.dumps(title_id), titles=json.dumps(frame_titles))}"
+              "</script>") if frame_titles else ""
+    heading = f'<div class="ddp-figure-title" id="{title_id}">{title}</div>' if title or frame_titles else ""
+    figure = (f'<figure class="ddp-figure" role="group" aria-label="{html.escape(alt)}">{heading}{body}'
+              f'<figcaption class="ddp-figure-alt">{html.escape(alt)}</figcaption>{script}</figure>')
     display({"text/html": figure, "application/vnd.plotly.v1+json": json.loads(fig.to_json())}, raw=True)
 
 
