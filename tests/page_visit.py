@@ -37,12 +37,14 @@ CONTRAST_JS = """(selector) => {
     .reduce((a, v, i) => a + v * [0.2126, 0.7152, 0.0722][i], 0);
   const background = el => { for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor);
     if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c.slice(0, 3); } return [255, 255, 255]; };
-  return Array.from(document.querySelectorAll(selector)).slice(0, 20).map(el => {
+  // 선택자마다 앞의 다섯 개씩: 본문 문단만 스무 개 재고 표 제목·접힌 줄은 못 보는 일이 없게
+  return selector.split(',').flatMap(sel => Array.from(document.querySelectorAll(sel.trim())).slice(0, 5)).map(el => {
     const a = lum(rgb(getComputedStyle(el).color)), b = lum(background(el));
     return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
   });
 }"""
-CONTRAST_SELECTOR = ".bd-content p, .bd-content li, .bd-content h1, .ddp-quiz-prompt, .ddp-quiz-choice, .lab-table td"
+CONTRAST_SELECTOR = (".bd-content p, .bd-content li, .bd-content h1, .ddp-quiz-prompt, .ddp-quiz-choice, .lab-table td, "
+                     ".bd-content table caption, details.lab-checks-box > summary, .ddp-figure-title")
 
 # 보이는 수식 중 크기 0으로 그려진 것 (닫힌 드롭다운·숨은 탭 안의 수식은 그려지지 않으므로 뺀다)
 EMPTY_FORMULAS_JS = """() => [...document.querySelectorAll('.math')].filter(el => el.checkVisibility()).filter(el => {
