@@ -106,3 +106,38 @@ def test_real_site_search_pairs(chromium, site_url):
         found = {q: _search(page, site_url, q) for q in dict.fromkeys(q for q, _ in REAL_SITE_PAIRS)}
     misses = [(q, page) for q, page in REAL_SITE_PAIRS if page not in found[q]]
     assert not misses, f"검색 결과에 없는 (검색어, 페이지): {misses}"
+
+
+def _passages(page, base_url: str, query: str) -> list[tuple[str, str]]:
+    """(link, summary text) of every result of ``query``, once each result's summary has arrived."""
+    page.goto(f"{base_url}search.html?q={query}")
+    page.wait_for_selector("#search-results p.search-summary", timeout=15000)
+    page.wait_for_function("() => [...document.querySelectorAll('#search-results ul.search li')]"
+                           ".every(li => li.querySelector('p.context'))", timeout=15000)
+    return page.eval_on_selector_all(
+        "#search-results ul.search li",
+        "items => items.map(li => [li.querySelector('a').getAttribute('href'), li.querySelector('p.context').textContent])")
+
+
+def test_results_link_to_the_section_and_show_its_sentence(tmp_path, chromium):
+    page = ("# 대목 시험\n\n첫 문단은 다른 이야기입니다.\n\n## 첫째 절\n\n여기에는 관계없는 문장만 있습니다.\n\n"
+            "## 둘째 절\n\n앞 문장입니다. 버킷은 그래디언트를 묶어 한 번에 보냅니다. 뒤 문장입니다.\n")
+    book = make_book(tmp_path, {"book/intro.md": "# 소개\n\n다른 내용.\n", "book/passage.md": page})
+    proc = build(book)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with serve(book / "_build" / "html") as base, _search_page(chromium, base) as tab:
+        results = dict(_passages(tab, base, "버킷을"))
+    link = next((h for h in results if h.startswith("book/passage.html")), None)
+    assert link, results
+    assert "#" in link, f"절 앵커가 없는 링크: {link}"
+    assert "버킷은 그래디언트를 묶어 한 번에 보냅니다." in results[link]
+    assert "둘째 절" in results[link] and "앞 문장" not in results[link]
+
+
+def test_real_site_results_are_passages_not_tables_of_contents(chromium, site_url):
+    with _search_page(chromium, site_url) as tab:
+        results = _passages(tab, site_url, "no_sync")
+    chapters = [(h, s) for h, s in results if h.startswith("book/0") or h.startswith("book/1")]
+    assert len(chapters) >= 3, results
+    assert all("no_sync" in s.lower() for _, s in chapters), [s for _, s in chapters if "no_sync" not in s.lower()]
+    assert sum("#" in h for h, _ in chapters) >= len(chapters) - 1, [h for h, _ in chapters]

@@ -122,6 +122,67 @@ class SearchKorean(SearchEnglish):
         return bool(word) and word not in self.stopwords and word not in PARTICLES
 
 
+# 검색 결과를 페이지가 아니라 대목으로: 결과마다 검색어가 처음 나오는 본문 블록(문단, 목록 항목, 표 칸)을 찾아
+# 그 블록의 문장을 요약으로 보이고, 링크를 그 블록이 든 절(section)의 앵커로 바꾼다. 코드·접힌 확인 표·목차는 뺀다.
+# search.html은 searchtools.js를 이 스크립트 뒤에 싣는다: 덮어쓰기는 문서를 다 읽은 뒤(그때는 Search가 있다).
+_JS_PASSAGES = """
+document.addEventListener("DOMContentLoaded", function () {
+  var SKIP = ".headerlink, script, style, .toctree-wrapper, nav, .cell_input, .cell_output, .ddp-quiz, "
+           + "details.lab-checks-box, .lab-table, .prediction-body";
+  var BLOCKS = "p, li, dd, td, th, .admonition-title";
+  function sentenceWith(text, term) {
+    var parts = text.split(/(?<=[.!?])\\s+/), i;
+    for (i = 0; i < parts.length; i++) { if (parts[i].toLowerCase().indexOf(term) >= 0) return parts[i]; }
+    return text;
+  }
+  function clip(text, term) {
+    var at = text.toLowerCase().indexOf(term), start = Math.max(0, at - 90);
+    var out = text.slice(start, start + 220).trim();
+    return (start > 0 ? "…" : "") + out + (start + 220 < text.length ? "…" : "");
+  }
+  Search.makeSearchSummary = function (htmlText, keywords, anchor) {
+    var summary = document.createElement("p");
+    summary.classList.add("context");
+    var doc = new DOMParser().parseFromString(htmlText, "text/html");
+    var main = doc.querySelector('[role="main"]');
+    if (!main) return summary;
+    main.querySelectorAll(SKIP).forEach(function (el) { el.remove(); });
+    var terms = [...keywords].map(function (k) { return k.toLowerCase(); }).filter(Boolean);
+    var blocks = main.querySelectorAll(BLOCKS), found = null, term = null, i, j;
+    for (i = 0; i < blocks.length && !found; i++) {
+      var text = blocks[i].textContent.replace(/\\s+/g, " ").trim(), lower = text.toLowerCase();
+      for (j = 0; j < terms.length; j++) { if (lower.indexOf(terms[j]) >= 0) { found = blocks[i]; term = terms[j]; break; } }
+    }
+    if (!found) return summary;
+    var text = found.textContent.replace(/\\s+/g, " ").trim();
+    summary.textContent = clip(sentenceWith(text, term), term);
+    var section = found.closest("section[id]");
+    var heading = section && section.querySelector("h1, h2, h3, h4");
+    if (section && heading && heading.tagName !== "H1") {
+      summary.dataset.anchor = section.id;
+      var label = document.createElement("span");
+      label.className = "search-passage-section";
+      label.textContent = heading.textContent.replace(/#$/, "").trim() + " — ";
+      summary.prepend(label);
+    }
+    // 요약이 결과 항목에 붙은 뒤, 결과 링크를 그 절로 보낸다
+    setTimeout(function () {
+      var item = summary.parentElement, link = item && item.querySelector("a");
+      var href = link && link.getAttribute("href");
+      if (href && summary.dataset.anchor && href.indexOf("#") < 0) link.setAttribute("href", href + "#" + summary.dataset.anchor);
+    }, 0);
+    return summary;
+  };
+});
+"""
+
+
+def _search_page_script(app: Sphinx, pagename, templatename, context, doctree) -> None:
+    if pagename == "search":
+        app.add_js_file(None, body=_JS_PASSAGES, priority=900)
+
+
 def setup(app: Sphinx) -> dict:
     app.add_search_language(SearchKorean)
+    app.connect("html-page-context", _search_page_script)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
