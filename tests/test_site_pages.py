@@ -101,3 +101,17 @@ def test_every_page_weighs_under_limit_without_plotly(page_report):
     print(f"가장 무거운 페이지: {rows[0][1]} {rows[0][0] / 1e6:.2f} MB (plotly.js 제외)")
     assert len(rows) >= 12, f"무게를 잰 페이지가 {len(rows)}개뿐입니다."
     assert not problems, f"plotly.js를 빼고 {PAGE_WEIGHT_LIMIT / 1e6} MB를 넘는 페이지:\n" + "\n".join(problems)
+
+
+FIRST_VISIT_LIMIT = 2_500_000
+
+
+def test_heaviest_first_visit_with_plotly_stays_under_limit(page_report):
+    """Everything a first visit downloads, plotly.js included (the cartesian bundle), stays under
+    2.5 MB on every page (the full plotly.js alone was 4.8 MB)."""
+    totals = {page_path: sum(page_report(page_path).received.values()) for page_path in PAGES}
+    assert len(totals) >= 12, f"무게를 잰 페이지가 {len(totals)}개뿐입니다."
+    heavy = {p: t for p, t in totals.items() if t >= FIRST_VISIT_LIMIT}
+    print(f"가장 무거운 첫 방문: {max(totals, key=totals.get)} {max(totals.values()) / 1e6:.2f} MB (plotly.js 포함)")
+    assert not heavy, f"plotly.js를 포함해 {FIRST_VISIT_LIMIT / 1e6} MB를 넘는 페이지: " + ", ".join(
+        f"{p} {t / 1e6:.2f} MB" for p, t in sorted(heavy.items()))
