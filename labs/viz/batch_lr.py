@@ -6,9 +6,9 @@ import plotly.graph_objects as go
 
 from . import html_table, rank_color
 
-REGIME_LABELS = {"fixed_global": "B 고정 (b = B/N), η",
-                 "fixed_per_rank": "b 고정 (전역 배치 N·B), η 그대로",
-                 "linear_scaled": "b 고정, N·η + 워밍업"}
+REGIME_LABELS = {"fixed_global": "(가) B 고정 (b = B/N), η",
+                 "fixed_per_rank": "(나) b 고정 (전역 배치 N·B), η 그대로",
+                 "linear_scaled": "(다) b 고정, N·η + 워밍업"}
 
 
 def regime_table(results):
