@@ -27,17 +27,17 @@ def test_batch_lr_checks_hold(runs, n):
     result = runs[n]
     assert result.ok, result.report()
     regimes = result.data["regimes"]
-    assert regimes["fixed_global"]["per_rank_batch"] * n == regimes["fixed_global"]["global_batch"] == 60
-    assert regimes["fixed_per_rank"]["per_rank_batch"] == 60 and regimes["linear_scaled"]["peak_lr"] == 0.05 * n
+    assert regimes["fixed_global"]["per_rank_batch"] * n == regimes["fixed_global"]["global_batch"] == 48
+    assert regimes["fixed_per_rank"]["per_rank_batch"] == 48 and regimes["linear_scaled"]["peak_lr"] == 0.04 * n
     lrs = regimes["linear_scaled"]["lrs"]
-    assert lrs[0] == pytest.approx(0.05) and lrs[-1] == pytest.approx(0.05 * n)  # 워밍업: η에서 N·η까지
+    assert lrs[0] == pytest.approx(0.04) and lrs[-1] == pytest.approx(0.04 * n)  # 워밍업: η에서 N·η까지
     if n == 1:
         assert result.data["max_diff_fixed_global"] == 0.0
         assert {c.name for c in result.checks.values() if c.kind == "n/a"} == {
             "fixed_per_rank_fewer_steps", "fixed_per_rank_loss_higher", "linear_scaled_loss_close"}
         assert all(has_hangul(c.description) for c in result.checks.values())
     else:
-        assert sorted(lrs) == lrs and len(set(lrs[:1440 // 180])) == 1440 // 180
+        assert sorted(lrs) == lrs and len(set(lrs[:1440 // 144])) == 1440 // 144  # 첫 에폭 10스텝
 
 
 def test_summed_gradients_are_caught():
@@ -86,8 +86,8 @@ def test_scaled_loss_far_from_single_fails(runs):
 def test_batch_that_does_not_divide_is_refused():
     with pytest.raises(LabConfigError, match="global_batch"):
         labs.run("batch_lr", nproc=3, global_batch=50)
-    with pytest.raises(LabConfigError, match="N·B"):
-        labs.run("batch_lr", nproc=4, global_batch=48)
+    with pytest.raises(LabConfigError, match="1440"):
+        labs.run("batch_lr", nproc=4, global_batch=52)
 
 
 def test_table_and_figure(runs):
