@@ -31,6 +31,11 @@ FINDINGS = {
 }
 
 
+# A finding's sentence is fine with its condition stated just before it (the same global batch B).
+CONDITIONS = {"H1 같은 학습률(전역 배치 조건 없이)": r"전역 배치 \$?B\$?가 (?:같|그대로)|B가 같은 동안"}
+CONDITION_WINDOW = 60
+
+
 def normalize(text: str) -> str:
     """Text without markdown emphasis, code ticks and line breaks, so rewording of form does not hide a finding."""
     return re.sub(r"\s+", " ", re.sub(r"[*`]", "", text))
@@ -77,6 +82,9 @@ def findings_in(texts: dict[str, str]) -> list[str]:
         for finding, patterns in FINDINGS.items():
             for pattern in patterns:
                 for match in re.finditer(pattern, flat):
+                    before = flat[max(0, match.start() - CONDITION_WINDOW):match.start()]
+                    if finding in CONDITIONS and re.search(CONDITIONS[finding], before):
+                        continue
                     hits.append(f"{place}: {finding} — …{flat[max(0, match.start() - 30):match.end() + 30]}…")
     return hits
 
@@ -107,6 +115,12 @@ def test_each_finding_is_caught_in_the_form_the_review_quoted(finding):
     }[finding]
     hits = findings_in({"quoted.md": quoted})
     assert hits and all(finding in h for h in hits)
+
+
+def test_the_condition_clears_the_learning_rate_sentence():
+    stated = "그래서 전역 배치 $B$가 그대로이면 GPU 수를 바꿔도 같은 학습률을 쓸 수 있습니다."
+    assert findings_in({"ok.md": stated}) == []
+    assert findings_in({"bad.md": "그래서 GPU 수를 바꿔도 같은 학습률을 쓸 수 있습니다."})
 
 
 def test_scan_refuses_no_input():
