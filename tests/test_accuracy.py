@@ -32,7 +32,7 @@ FINDINGS = {
 
 
 # A finding's sentence is fine with its condition stated just before it (the same global batch B).
-CONDITIONS = {"H1 같은 학습률(전역 배치 조건 없이)": r"전역 배치 \$?B\$?가 (?:같|그대로)|B가 같은 동안"}
+CONDITIONS = {"H1 같은 학습률(전역 배치 조건 없이)": r"전역 배치 \$?\s*B\s*\$?\s*가 (?:같|그대로)|B\s*가 같은 동안"}
 CONDITION_WINDOW = 60
 
 
