@@ -7,14 +7,18 @@ start anything). The ``faults`` lab does one all_reduce of rank+1, so N ranks mu
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.forkserver
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import psutil
 import pytest
 import torch.distributed as dist
 
@@ -23,7 +27,7 @@ import labs.launch
 from labs.context import resolve_backend
 from labs.errors import LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
 
-from conftest import has_hangul, live_children
+from conftest import clean_env, describe, has_hangul, live_children
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.real_ranks]
 
@@ -182,7 +186,7 @@ BAD_INPUT = [
     pytest.param(("replicas",), {"nproc": 2, "per_rank_batch": "4"},
                  ["per_rank_batch", "1 이상 1024 이하의 정수", "'4'"], id="param-wrong-type"),
     pytest.param(("replicas",), {"nproc": 2, "steps": 0}, ["steps", "1 이상"], id="param-zero"),
-    pytest.param(("faults",), {"nproc": 2, "mode": 3}, ["mode", "none, raise, hang, exit 중 하나", "3"], id="param-not-str"),
+    pytest.param(("faults",), {"nproc": 2, "mode": 3}, ["mode", "none, raise, hang, exit, kill, abort 중 하나", "3"], id="param-not-str"),
     pytest.param(("faults",), {"nproc": 2, "timeout": 0}, ["timeout", "0보다 큰"], id="timeout=0"),
     pytest.param(("faults",), {"nproc": 2, "timeout": -5}, ["timeout", "-5"], id="timeout<0"),
     pytest.param(("faults",), {"nproc": 2, "timeout": float("nan")}, ["timeout", "유한한"], id="timeout-nan"),
@@ -303,3 +307,97 @@ def test_cli_start_imports_no_rank_only_module():
     preload = multiprocessing.forkserver._forkserver._preload_modules
     assert set(labs.launch.RANK_IMPORTS) <= set(preload), preload
     assert any(m.startswith("sklearn") for m in labs.launch.RANK_IMPORTS)
+
+
+# ----------------------------------------------------------------------------- the launcher ends: nothing stays
+
+HANG = ["run", "faults", "--nproc", "3", "--param", "mode=hang", "--timeout", "100"]
+# torch's compile cache (made on import of torch._dynamo, kept on purpose): not something a run leaves behind
+_TORCH_CACHE = "torchinductor_"
+
+
+def _session(sid: int) -> list[psutil.Process]:
+    """Every live process of session ``sid`` (the launcher's: ranks, fork server and resource tracker
+    stay in it even after they are orphaned and adopted by init)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+def _temp_left(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if not p.name.startswith(_TORCH_CACHE))
+
+
+def _start_hanging_launcher(tmp: Path) -> subprocess.Popen:
+    """`python -m labs run faults --param mode=hang` in a session of its own, TMPDIR=``tmp``; returns
+    once all six processes are up and every rank has reached the hang (its stack pipe is idle)."""
+    env = clean_env(TMPDIR=str(tmp))
+    launcher = subprocess.Popen([sys.executable, "-m", "labs", *HANG], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while True:
+        procs = _session(launcher.pid)
+        ranks = [p for p in procs if p.pid != launcher.pid and "forkserver" in " ".join(p.cmdline())
+                 and p.ppid() != launcher.pid]
+        # launcher + fork server + resource tracker + 3 ranks, all idle (past import and setup)
+        if len(procs) == 6 and len(ranks) == 3 and _idle(ranks):
+            return launcher
+        assert launcher.poll() is None, launcher.communicate()
+        assert time.monotonic() < deadline, f"런처와 랭크가 120초 안에 모두 뜨지 않았습니다: {describe(procs)}"
+        time.sleep(0.3)
+
+
+def _idle(procs: list[psutil.Process], seconds: float = 1.0) -> bool:
+    try:
+        before = [sum(p.cpu_times()[:2]) for p in procs]
+        time.sleep(seconds)
+        return all(sum(p.cpu_times()[:2]) - b < 0.1 * seconds for p, b in zip(procs, before))
+    except psutil.Error:
+        return False
+
+
+def _wait_gone(sid: int, seconds: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + seconds
+    while True:
+        left = _session(sid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how, code", [
+    pytest.param("TERM", 143, id="SIGTERM"),
+    pytest.param("HUP", 129, id="SIGHUP"),
+    pytest.param("INT-group", 130, id="ctrl-c"),
+    pytest.param("TERM-group", 143, id="group-SIGTERM"),
+    pytest.param("KILL", -9, id="SIGKILL"),
+])
+def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how, code):
+    """F1: however the launcher ends, no rank, fork server or resource tracker outlives it by more than a
+    few seconds, TMPDIR is left as it was, and INT/TERM/HUP end in one Korean line and 128 + the signal."""
+    launcher = _start_hanging_launcher(tmp_path)
+    sid = launcher.pid
+    try:
+        name, _, group = how.partition("-")
+        sig = getattr(signal, f"SIG{name}")
+        (os.killpg if group else os.kill)(sid, sig)
+        out, err = launcher.communicate(timeout=60)
+        left = _wait_gone(sid, 15)
+    finally:
+        for p in _session(sid):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    assert not left, f"런처가 끝난 뒤에도 프로세스가 남았습니다: {describe(left)}"
+    assert launcher.returncode == code, (launcher.returncode, err[-2000:])
+    assert _temp_left(tmp_path) == [], f"TMPDIR에 남은 것: {_temp_left(tmp_path)}"
+    if how != "KILL":
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and has_hangul(lines[0]) and "중단" in lines[0], err[-3000:]
+        assert "Traceback" not in err and "leaked" not in err
+        assert out == ""
