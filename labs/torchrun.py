@@ -18,7 +18,8 @@ from pathlib import Path
 REQUIRED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
             "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
             "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")
-VARIABLES = REQUIRED + ("ROLE_NAME", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
+VARIABLES = REQUIRED + ("ROLE_NAME", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+                        "TORCHELASTIC_SIGNALS_TO_HANDLE")
 # How the agent's own command line names it: the torchrun script, or python -m torch.distributed.run/launch.
 _AGENT_NAMES = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 

@@ -118,6 +118,25 @@ def test_dying_rank_is_reported_with_exit_code(warm_launcher, no_leftover_childr
     no_leftover_children()
 
 
+@pytest.mark.parametrize("mode, code, cause, not_said", [
+    pytest.param("kill", -9, "OOM killer", "종료 코드 -9로 끝났습니다", id="SIGKILL"),
+    pytest.param("abort", -6, "SIGABRT(6)", "OOM", id="SIGABRT"),
+    pytest.param("exit", 17, "랭크가 종료 코드 17로 끝났습니다", "OOM", id="exit-17"),
+])
+def test_a_dead_ranks_exit_code_names_its_cause(warm_launcher, no_leftover_children, mode, code, cause, not_said):
+    """F8: -9 is a kill (maybe the OOM killer); any other code is said as it is, with the rank's last stderr lines."""
+    with pytest.raises(RankCrashedError) as info:
+        labs.run("faults", nproc=2, mode=mode, fault_rank=1)
+    err = info.value
+    assert (err.rank, err.exitcode) == (1, code)
+    message = str(err)
+    assert cause in message and not_said not in message, message
+    if mode == "exit":  # the rank printed one line before os._exit(17): it is in the report
+        assert "의도한 종료: 랭크 1, 종료 코드 17" in err.stderr_tail
+        assert "마지막 표준 오류" in message and "의도한 종료: 랭크 1" in message
+    no_leftover_children()
+
+
 def test_hanging_rank_times_out_and_says_where_each_rank_is(warm_launcher, no_leftover_children):
     # While the run hangs, check that the leftover-process helper really sees the ranks; this
     # keeps the "nothing left" assertion below from passing vacuously.
@@ -192,6 +211,10 @@ BAD_INPUT = [
     pytest.param(("faults",), {"nproc": 2, "timeout": float("nan")}, ["timeout", "유한한"], id="timeout-nan"),
     pytest.param(("faults",), {"nproc": 2, "timeout": float("inf")}, ["timeout", "유한한"], id="timeout-inf"),
     pytest.param(("faults",), {"nproc": 2, "timeout": True}, ["timeout", "True"], id="timeout-bool"),
+    pytest.param(("faults",), {"nproc": 2, "timeout": 1e14}, ["timeout", "86400초", "100000000000000.0"], id="timeout-1e14"),
+    pytest.param(("faults",), {"nproc": 2, "timeout": 86401}, ["timeout", "86400초", "86401"], id="timeout-day+1"),
+    pytest.param((None,), {"nproc": 2}, ["실습 이름은 문자열", "None", "python -m labs list"], id="lab-None"),
+    pytest.param((3,), {}, ["실습 이름은 문자열", "3"], id="lab-int"),
     pytest.param(("faults",), {"nproc": 2, "mode": "bogus"}, ["mode", "raise", "'bogus'"], id="faults-mode"),
     pytest.param(("faults",), {"nproc": 2, "mode": "raise", "fault_rank": 5}, ["fault_rank", "N-1=1"],
                  id="fault-rank-range"),
@@ -401,3 +424,34 @@ def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how,
         assert len(lines) == 1 and has_hangul(lines[0]) and "중단" in lines[0], err[-3000:]
         assert "Traceback" not in err and "leaked" not in err
         assert out == ""
+
+
+# ----------------------------------------------------------------------------- a script without the main guard
+
+SCRIPT = """import labs
+
+result = labs.run("faults", nproc=2)
+print("합계", result.ranks[0]["sum"])
+"""
+GUARDED = SCRIPT.replace("result = labs.run", 'if __name__ == "__main__":\n    result = labs.run').replace(
+    "\nprint(", "\n    print(")
+
+
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, no_leftover_children):
+    """F8: the ranks re-import the script (multiprocessing's spawn and forkserver do), so an unguarded
+    labs.run runs again in each of them; the launcher says so in Korean, not "OOM or a signal"."""
+    plain, guarded = tmp_path / "plain.py", tmp_path / "guarded.py"
+    plain.write_text(SCRIPT, encoding="utf-8")
+    guarded.write_text(GUARDED, encoding="utf-8")
+    env = clean_env(PYTHONPATH=str(Path(labs.__file__).resolve().parent.parent))
+
+    bad = subprocess.run([sys.executable, str(plain)], capture_output=True, text=True, timeout=120, env=env)
+    good = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=120, env=env)
+
+    assert bad.returncode != 0 and "MainGuardMissing" in bad.stderr, bad.stderr[-3000:]
+    last = bad.stderr.strip().splitlines()[-1]
+    assert 'if __name__ == "__main__":' in last and str(plain) in last and has_hangul(last), last
+    assert "OOM" not in bad.stderr and "합계" not in bad.stdout
+    assert good.returncode == 0, good.stderr[-3000:]
+    assert good.stdout.strip() == "합계 3.0"
+    no_leftover_children()
