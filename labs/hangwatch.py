@@ -37,6 +37,8 @@ class HangWatch:
         self.lab, self.rank, self.world_size, self.timeout = lab, rank, world_size, timeout
         self.main = threading.current_thread()
         self._over = threading.Event()
+        self._fired = threading.Event()
+        self._exited = threading.Event()  # never set: os._exit ends the process first
         self._thread = threading.Thread(target=self._watch, name="labs-hangwatch", daemon=True)
         self._thread.start()
 
@@ -46,12 +48,19 @@ class HangWatch:
     def stop(self) -> None:
         self._over.set()
 
+    def absorb_echo(self) -> None:
+        """Called with an exception in the main thread: past the deadline it is only the echo of a peer
+        the watchdog already ended (Connection closed by peer), so wait for the watchdog's exit instead."""
+        if self._fired.is_set():
+            self._exited.wait()
+
     def _has(self, key: str) -> bool:
         return self.store.check([key])
 
     def _watch(self) -> None:
         if self._over.wait(self.timeout):
             return
+        self._fired.set()
         if not self._has(f"done/{self.rank}"):
             self.store.set(f"where/{self.rank}", describe_thread(self.main))
         if self.rank == 0:

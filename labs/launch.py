@@ -151,6 +151,9 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
         watch.finished()
         gathered = [None] * world_size if rank == 0 else None
         dist.gather_object(record, gathered, dst=0)
+    except Exception:
+        watch.absorb_echo()
+        raise
     finally:
         watch.stop()
         dist.destroy_process_group()
