@@ -224,23 +224,35 @@ def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: 
             ok = True
             return [records[r] for r in range(nproc)]
         finally:
-            stopping.hold()  # a second SIGTERM must not cut the cleanup short
+            stopping.hold()  # a signal now must not cut the cleanup short: it is raised after it
             _stop(ranks, graceful=ok)
             for r in ranks:
                 r.close()
             del store
+            stopping.release()
 
 
 class _StopSignals:
+    """The first SIGTERM/SIGHUP raises; one that comes during the cleanup waits until it is done."""
+
     def __init__(self):
         self.held = False
+        self.raised = False
+        self.pending: int | None = None
 
     def hold(self) -> None:
         self.held = True
 
+    def release(self) -> None:
+        if self.pending is not None and not self.raised:
+            self.raised = True
+            raise LaunchInterrupted(self.pending)
+
     def handler(self, signum, frame):
-        if not self.held:
-            self.held = True
+        if self.held:
+            self.pending = signum
+        elif not self.raised:
+            self.raised = True
             raise LaunchInterrupted(signum)
 
 
