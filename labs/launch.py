@@ -16,7 +16,6 @@ rank that hung (:mod:`labs.hangwatch`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import faulthandler
 import math
