@@ -87,9 +87,7 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     recorded = recording.load()
     if recorded is not None:
         return _replayed(lab, recorded, resolved, params)
-    notice = detect_torchrun().notice()
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
+    _tell_leftovers()
     started = time.perf_counter()
     try:
         records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
@@ -101,6 +99,17 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     result = lab.finish(records, resolved, params)
     result.wall_seconds = wall
     return result
+
+
+_told: set[str] = set()
+
+
+def _tell_leftovers() -> None:
+    """Say once per process which torchrun variables left in the shell are being ignored."""
+    notice = detect_torchrun().notice()
+    if notice and notice not in _told:
+        _told.add(notice)
+        print(notice, file=sys.stderr, flush=True)
 
 
 def _checked_name(lab_name) -> str:
