@@ -57,8 +57,8 @@ def exit_cause(exitcode: int | None) -> str:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"신호 {-exitcode}"
-        return f"신호 {name}({-exitcode})를 받고 끝났습니다(SIGABRT·SIGSEGV는 C++ 쪽 오류: 아래 표준 오류를 보세요)"
-    return f"랭크가 종료 코드 {exitcode}로 끝났습니다(파이썬 예외가 아니라 os._exit·sys.exit 같은 종료: 아래 표준 오류를 보세요)"
+        return f"신호 {name}({-exitcode})를 받고 끝났습니다(SIGABRT·SIGSEGV는 대개 C++ 쪽 오류입니다)"
+    return f"랭크가 종료 코드 {exitcode}로 끝났습니다(파이썬 예외가 아니라 os._exit·sys.exit 같은 종료입니다)"
 
 
 class RankCrashedError(LabError):
@@ -71,7 +71,7 @@ class RankCrashedError(LabError):
         self.stderr_tail = stderr_tail
         self._init_args = (lab, rank, exitcode, stderr_tail)
         tail = (f"\n--- 랭크 {rank}의 마지막 표준 오류 ---\n{stderr_tail}" if stderr_tail.strip()
-                else f"\n(랭크 {rank}는 표준 오류에 아무것도 남기지 않았습니다.)")
+                else "\n(이 랭크가 표준 오류에 남긴 것은 없습니다.)")
         super().__init__(
             f"실습 '{lab}'의 랭크 {rank} 프로세스가 결과를 보내지 않고 종료했습니다(종료 코드 {exitcode}): "
             f"{exit_cause(exitcode)}. 나머지 랭크는 모두 멈췄습니다.{tail}"
