@@ -455,3 +455,32 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, no_leftover
     assert good.returncode == 0, good.stderr[-3000:]
     assert good.stdout.strip() == "합계 3.0"
     no_leftover_children()
+
+
+def test_a_stop_signal_during_the_cleanup_is_raised_after_it():
+    """The first SIGTERM raises at once; one that comes while the ranks are being stopped is not lost."""
+    from labs.errors import LaunchInterrupted
+    from labs.launch import _StopSignals
+
+    first = _StopSignals()
+    with pytest.raises(LaunchInterrupted) as info:
+        first.handler(signal.SIGTERM, None)
+    assert info.value.code == 143 and "SIGTERM" in str(info.value) and has_hangul(str(info.value))
+    first.hold()
+    first.handler(signal.SIGHUP, None)
+    first.release()  # already raised once: the caller is leaving anyway
+
+    during = _StopSignals()
+    during.hold()
+    during.handler(signal.SIGHUP, None)  # while cleaning up: nothing yet
+    with pytest.raises(LaunchInterrupted) as info:
+        during.release()
+    assert info.value.code == 129
+
+
+def test_run_in_place_refuses_outside_torchrun(monkeypatch):
+    for key in labs.launch.TORCHRUN_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RANK", "0")  # a stale variable is not a torchrun rank
+    with pytest.raises(LabConfigError, match="torchrun이 띄운 랭크가 아닙니다.*labs.run"):
+        labs.launch.run_in_place("faults")
