@@ -7,11 +7,19 @@ import sys
 
 from . import launch
 from .context import BACKENDS
-from .errors import LabConfigError, LabError
+from .errors import LabConfigError, LabError, LaunchInterrupted
 from .params import describe
 from .registry import all_labs, get_lab
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_LAB_ERROR = 0, 1, 2, 3
+
+
+def _say(line: str) -> None:
+    """One line on stderr, even when the terminal is gone (SIGHUP)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 class _KoreanParser(argparse.ArgumentParser):
@@ -103,5 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     except LabError as err:
         print(f"실습 실행 실패: {err}", file=sys.stderr)
         return EXIT_LAB_ERROR
+    except LaunchInterrupted as err:  # SIGTERM, SIGHUP: the ranks are already stopped
+        _say(f"중단: {err}")
+        return err.code
     print(result.to_json() if args.json else result.report())
     return EXIT_OK if result.ok else EXIT_CHECK_FAILED

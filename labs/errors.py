@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 
 class LabError(RuntimeError):
     """Base class of every error the lab engine raises."""
@@ -13,6 +15,21 @@ class LabError(RuntimeError):
 
 class LabConfigError(LabError, ValueError):
     """Bad input, caught before any process is spawned."""
+
+
+class MainGuardMissing(LabConfigError):
+    """A script called labs.run at import time: each rank re-ran the script and labs.run with it."""
+
+    def __init__(self, lab: str, script: str | None):
+        self.lab = lab
+        self.script = script
+        self._init_args = (lab, script)
+        where = f"스크립트 {script}" if script else "이 프로그램의 메인 모듈"
+        super().__init__(
+            f"{where}이(가) `if __name__ == \"__main__\":` 없이 labs.run('{lab}', …)을 부릅니다. 랭크 프로세스는 "
+            "시작할 때 메인 모듈을 다시 import하므로 랭크마다 labs.run이 또 불려 실습을 시작하지 못했습니다. "
+            "labs.run을 부르는 코드를 `if __name__ == \"__main__\":` 아래로 옮기세요(README의 파이썬 예)."
+        )
 
 
 class RankFailedError(LabError):
@@ -30,17 +47,34 @@ class RankFailedError(LabError):
         )
 
 
+def exit_cause(exitcode: int | None) -> str:
+    """What a rank's exit code says about why it ended (Korean)."""
+    if exitcode == -signal.SIGKILL:
+        return ("SIGKILL로 강제 종료되었습니다: 메모리가 모자라 운영체제의 OOM killer가 죽였거나(dmesg, "
+                "free -h로 확인) 누군가 kill -9를 보냈습니다")
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"신호 {-exitcode}"
+        return f"신호 {name}({-exitcode})를 받고 끝났습니다(SIGABRT·SIGSEGV는 대개 C++ 쪽 오류입니다)"
+    return f"랭크가 종료 코드 {exitcode}로 끝났습니다(파이썬 예외가 아니라 os._exit·sys.exit 같은 종료입니다)"
+
+
 class RankCrashedError(LabError):
     """A rank process died without reporting (killed, segfault, os._exit)."""
 
-    def __init__(self, lab: str, rank: int, exitcode: int | None):
+    def __init__(self, lab: str, rank: int, exitcode: int | None, stderr_tail: str = ""):
         self.lab = lab
         self.rank = rank
         self.exitcode = exitcode
-        self._init_args = (lab, rank, exitcode)
+        self.stderr_tail = stderr_tail
+        self._init_args = (lab, rank, exitcode, stderr_tail)
+        tail = (f"\n--- 랭크 {rank}의 마지막 표준 오류 ---\n{stderr_tail}" if stderr_tail.strip()
+                else "\n(이 랭크가 표준 오류에 남긴 것은 없습니다.)")
         super().__init__(
-            f"실습 '{lab}'의 랭크 {rank} 프로세스가 결과를 보내지 않고 종료했습니다(종료 코드 {exitcode}). "
-            "메모리 부족(OOM)이나 외부 종료 신호를 확인하세요. 나머지 랭크는 모두 멈췄습니다."
+            f"실습 '{lab}'의 랭크 {rank} 프로세스가 결과를 보내지 않고 종료했습니다(종료 코드 {exitcode}): "
+            f"{exit_cause(exitcode)}. 나머지 랭크는 모두 멈췄습니다.{tail}"
         )
 
 
@@ -65,3 +99,14 @@ class LabTimeoutError(LabError):
 
 class LabCheckFailed(LabError, AssertionError):
     """A lab ran, but one of its checks (a claim of the text) did not hold."""
+
+
+class LaunchInterrupted(SystemExit):
+    """The launcher got SIGTERM or SIGHUP: every rank was stopped; the exit status is 128 + the signal."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(128 + signum)
+
+    def __str__(self) -> str:
+        return f"{signal.Signals(self.signum).name} 신호를 받아 실행을 멈췄습니다. 띄운 랭크는 모두 종료했습니다."

@@ -2,50 +2,66 @@
 
 Spawn mode (notebooks, tests, ``python -m labs run``): the caller holds a TCPStore on
 127.0.0.1 with a port the OS picked (so two launches never collide and no fixed port can be
-busy), starts N processes from a fork server that has already imported torch, and gathers each
-rank's record from a queue. Any rank's exception is re-raised here with its rank and traceback,
-and the whole call has a deadline; in every case all ranks are stopped before returning.
+busy), starts N processes from a fork server that has already imported torch, and reads each
+rank's record from its own pipe. Any rank's exception is re-raised here with its rank and
+traceback, and the whole call has a deadline; in every case all ranks are stopped before
+returning. Nothing outlives the launcher: SIGTERM and SIGHUP run the same cleanup as an error,
+Ctrl-C reaches only the launcher, and each rank watches the launcher and ends itself (removing
+the launcher's multiprocessing folder) when it is gone, even after SIGKILL.
 
 In-place mode (``torchrun ... -m labs run``): this process already is a rank; it joins the
-group from torchrun's environment and rank 0 gathers the records.
+group from torchrun's environment, rank 0 gathers the records, and each rank's watchdog names the
+rank that hung (:mod:`labs.hangwatch`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import math
 import multiprocessing as mp
+import multiprocessing.connection
+import multiprocessing.util
 import os
 import pickle
-import queue as queue_mod
 import re
+import select
+import shutil
 import signal
 import sys
-import tempfile
+import threading
 import time
 import traceback
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from .context import RankContext, check_nproc, device_for, resolve_backend
-from .errors import LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
+from .errors import (LabConfigError, LabTimeoutError, LaunchInterrupted, MainGuardMissing, RankCrashedError,
+                     RankFailedError)
 from . import replay
+from .hangwatch import HangWatch, store_timeout
 from .registry import get_lab, lesson_modules
 from .result import LabResult
+from .stacks import describe_faulthandler
+from .torchrun import VARIABLES as TORCHRUN_VARIABLES, detect as detect_torchrun, in_torchrun
+
+__all__ = ["run", "run_in_place", "in_torchrun", "check_timeout", "spawn_ranks"]
 
 HOST = "127.0.0.1"
 DEFAULT_TIMEOUT = 120.0
-# How long a rank may be seen dead before its result is given up for lost.
-_EXIT_GRACE = 2.0
+MAX_TIMEOUT = 86400.0  # one day: beyond it no deadline means anything (and timedelta overflows near 8.6e13 s)
 # After a first error, how long to listen for the root cause (a crashed or raising peer).
 _CAUSE_GRACE = 0.5
 # Errors a rank gets only because a *peer* failed: never the root cause when another exists.
 _PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Socket closed|Timed out waiting")
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 _RANK_TIMEOUT_MARGIN = 30.0
+_STDERR_TAIL = 8192  # bytes of each rank's standard error kept for a crash report
+# A process that multiprocessing is bootstrapping re-ran the main script, which called labs.run again.
+EXIT_MAIN_REIMPORTED = 86
 # Imported once by the fork server, not by every rank: DDP's constructor imports torch._dynamo, and
 # train's ranks load their data with scikit-learn (labs.train_script imports it only then); each
 # costs seconds of CPU per process.
@@ -59,7 +75,9 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     This is the entry used by chapters, tests and the CLI. Bad input raises
     :class:`~labs.errors.LabConfigError` before anything is spawned.
     """
-    lab = get_lab(lab_name)
+    if getattr(mp.current_process(), "_inheriting", False):
+        os._exit(EXIT_MAIN_REIMPORTED)  # a rank re-running the main script: the launcher explains
+    lab = get_lab(_checked_name(lab_name))
     nproc = lab.default_nproc if nproc is None else nproc
     check_nproc(nproc)
     check_timeout(timeout)
@@ -69,6 +87,7 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     recorded = recording.load()
     if recorded is not None:
         return _replayed(lab, recorded, resolved, params)
+    _tell_leftovers()
     started = time.perf_counter()
     try:
         records = spawn_ranks(lab.name, nproc, resolved, params, timeout)
@@ -82,6 +101,24 @@ def run(lab_name: str, nproc: int | None = None, backend: str = "auto",
     return result
 
 
+_told: set[str] = set()
+
+
+def _tell_leftovers() -> None:
+    """Say once per process which torchrun variables left in the shell are being ignored."""
+    notice = detect_torchrun().notice()
+    if notice and notice not in _told:
+        _told.add(notice)
+        print(notice, file=sys.stderr, flush=True)
+
+
+def _checked_name(lab_name) -> str:
+    if not isinstance(lab_name, str):
+        raise LabConfigError(f"실습 이름은 문자열이어야 합니다(예: \"replicas\"). 받은 값: {lab_name!r} "
+                             "(목록은 `python -m labs list`).")
+    return lab_name
+
+
 def _replayed(lab, recorded: dict, backend: str, params: dict) -> LabResult:
     """A recorded run (see :mod:`labs.replay`): its error raised again, or its records summarized anew."""
     if "error" in recorded:
@@ -93,35 +130,40 @@ def _replayed(lab, recorded: dict, backend: str, params: dict) -> LabResult:
 
 
 def check_timeout(timeout) -> None:
-    ok = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout) and timeout > 0
+    ok = (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout)
+          and 0 < timeout <= MAX_TIMEOUT)
     if not ok:
-        raise LabConfigError(f"timeout은 0보다 큰 유한한 초 단위 숫자여야 합니다. 받은 값: {timeout!r}")
-
-
-def in_torchrun() -> bool:
-    """True when this process was started by torchrun (or another env:// launcher)."""
-    env = os.environ
-    return "TORCHELASTIC_RUN_ID" in env or all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+        raise LabConfigError(f"timeout은 0보다 큰 유한한 초 단위 숫자(최대 {MAX_TIMEOUT:g}초, 하루)여야 합니다. "
+                             f"받은 값: {timeout!r}")
 
 
 def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                  **params) -> LabResult | None:
     """Run as one rank of a torchrun job. Returns the result on rank 0, ``None`` elsewhere."""
-    lab = get_lab(lab_name)
+    lab = get_lab(_checked_name(lab_name))
     check_timeout(timeout)
+    env = detect_torchrun()
+    if not env.in_place:
+        raise LabConfigError(f"torchrun이 띄운 랭크가 아닙니다({env.reason or '변수 없음'}). "
+                             "torchrun 없이 실행하려면 labs.run을 쓰세요.")
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     params = lab.resolve_params(params, world_size)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
-    resolved = resolve_backend(backend, local_world)
-    dist.init_process_group(resolved, timeout=timedelta(seconds=timeout))
+    local_rank = int(os.environ["LOCAL_RANK"])
+    resolved = resolve_backend(backend, int(os.environ["LOCAL_WORLD_SIZE"]))
+    dist.init_process_group(resolved, timeout=store_timeout(timeout))
+    watch = HangWatch(lab.name, rank, world_size, timeout)
     try:
         ctx = RankContext(rank, world_size, local_rank, resolved, device_for(resolved, local_rank))
         record = lab.run_rank(ctx, params)
+        watch.finished()
         gathered = [None] * world_size if rank == 0 else None
         dist.gather_object(record, gathered, dst=0)
+    except Exception:
+        watch.absorb_echo()
+        raise
     finally:
+        watch.stop()
         dist.destroy_process_group()
     return lab.finish(gathered, resolved, params) if rank == 0 else None
 
@@ -136,116 +178,211 @@ def _context() -> mp.context.BaseContext:
     return mp.get_context("spawn")
 
 
+class _Rank:
+    """One spawned rank: its process and the launcher's ends of its three pipes (record, stack, stderr)."""
+
+    def __init__(self, ctx, lab_name: str, rank: int, args: tuple):
+        self.rank = rank
+        self.results, result_w = ctx.Pipe(duplex=False)
+        self.stack, stack_w = ctx.Pipe(duplex=False)
+        self.stderr, stderr_w = ctx.Pipe(duplex=False)
+        self._child_ends = (result_w, stack_w, stderr_w)
+        self.process = ctx.Process(target=_rank_main, args=(lab_name, rank, *args, *self._child_ends),
+                                   name=f"{lab_name}-rank{rank}", daemon=True)
+        self.tail = b""
+        self.stderr_open = True
+
+    def start(self) -> None:
+        self.process.start()
+        for end in self._child_ends:  # the rank holds its own copies now
+            end.close()
+
+    def forward_stderr(self) -> None:
+        """Pass what the rank wrote to standard error on to the launcher's, keeping the last bytes."""
+        try:
+            data = os.read(self.stderr.fileno(), 65536)
+        except OSError:
+            data = b""
+        if not data:
+            self.stderr_open = False
+            return
+        self.tail = (self.tail + data)[-_STDERR_TAIL:]
+        with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) must not stop the cleanup
+            os.write(2, data)
+
+    def close(self) -> None:
+        for conn in (self.results, self.stack, self.stderr):
+            conn.close()
+
+
 def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: float) -> list:
     """Start ``nproc`` processes, each running the lab's rank function; return records by rank."""
     store = dist.TCPStore(HOST, 0, None, True, timedelta(seconds=timeout + _RANK_TIMEOUT_MARGIN),
                           wait_for_workers=False)
     ctx = _context()
-    results = ctx.Queue()
-    stacks = tempfile.TemporaryDirectory(prefix="ddp-lab-stacks-")
-    procs = [
-        ctx.Process(
-            target=_rank_main,
-            args=(lab_name, rank, nproc, backend, store.port, params, results, timeout, stacks.name),
-            name=f"{lab_name}-rank{rank}",
-            daemon=True,
-        )
-        for rank in range(nproc)
-    ]
-    for p in procs:
-        p.start()
+    leftovers = [mp.util.get_temp_dir()]  # the fork server's socket folder: a rank removes it if we are killed
+    args = (nproc, backend, store.port, params, timeout, os.getpid(), leftovers)
+    ranks = [_Rank(ctx, lab_name, rank, args) for rank in range(nproc)]
     ok = False
+    with _stop_signals_raise() as stopping:
+        try:
+            for r in ranks:
+                r.start()
+            records = _collect(lab_name, ranks, timeout)
+            ok = True
+            return [records[r] for r in range(nproc)]
+        finally:
+            stopping.hold()  # a signal now must not cut the cleanup short: it is raised after it
+            _stop(ranks, graceful=ok)
+            for r in ranks:
+                r.close()
+            del store
+            stopping.release()
+
+
+class _StopSignals:
+    """The first SIGTERM/SIGHUP raises; one that comes during the cleanup waits until it is done."""
+
+    def __init__(self):
+        self.held = False
+        self.raised = False
+        self.pending: int | None = None
+
+    def hold(self) -> None:
+        self.held = True
+
+    def release(self) -> None:
+        if self.pending is not None and not self.raised:
+            self.raised = True
+            raise LaunchInterrupted(self.pending)
+
+    def handler(self, signum, frame):
+        if self.held:
+            self.pending = signum
+        elif not self.raised:
+            self.raised = True
+            raise LaunchInterrupted(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals_raise():
+    """SIGTERM/SIGHUP become :class:`LaunchInterrupted` in the launcher, so its cleanup runs (main thread only)."""
+    state = _StopSignals()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = {s: signal.signal(s, state.handler) for s in _STOP_SIGNALS}
     try:
-        records = _collect(lab_name, procs, results, timeout, Path(stacks.name))
-        ok = True
-        return [records[r] for r in range(nproc)]
+        yield state
     finally:
-        _stop(procs, graceful=ok)
-        results.close()
-        results.cancel_join_thread()
-        stacks.cleanup()
-        del store
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
-def _collect(lab_name: str, procs: list, results, timeout: float, stack_dir: Path) -> dict:
+def _collect(lab_name: str, ranks: list[_Rank], timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     records: dict[int, object] = {}
-    seen_dead: dict[int, float] = {}
-    while len(records) < len(procs):
+    errors: dict[int, str] = {}
+    crashed: dict[int, int | None] = {}
+    cause_until = None
+    while len(records) < len(ranks):
         now = time.monotonic()
+        if cause_until is not None and now >= cause_until:
+            break
         if now >= deadline:
-            missing = [r for r in range(len(procs)) if r not in records]
-            raise LabTimeoutError(lab_name, timeout, missing, _where_stuck(procs, missing, stack_dir))
-        try:
-            kind, rank, payload = results.get(timeout=min(0.2, deadline - now))
-        except queue_mod.Empty:
-            for rank, p in enumerate(procs):
-                if rank in records or p.exitcode is None:
-                    continue
-                first_seen = seen_dead.setdefault(rank, now)
-                if now - first_seen > _EXIT_GRACE:
-                    raise RankCrashedError(lab_name, rank, p.exitcode) from None
-            continue
-        if kind == "error":
-            raise _root_cause(lab_name, procs, results, records, rank, payload)
-        records[rank] = pickle.loads(payload)
+            missing = [r.rank for r in ranks if r.rank not in records]
+            raise LabTimeoutError(lab_name, timeout, missing, _where_stuck(ranks, missing))
+        pending = [r for r in ranks if r.rank not in records and r.rank not in errors and r.rank not in crashed]
+        waiting = {r.results: r for r in pending}
+        waiting.update({r.stderr: r for r in ranks if r.stderr_open})
+        limit = min(deadline, cause_until or deadline) - now
+        for conn in mp.connection.wait(list(waiting), timeout=min(0.5, max(0.0, limit))):
+            r = waiting[conn]
+            if conn is r.stderr:
+                r.forward_stderr()
+                continue
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):  # the process ended without a word
+                crashed[r.rank] = _exitcode(r)
+                cause_until = cause_until or time.monotonic() + _CAUSE_GRACE
+                continue
+            if kind == "error":
+                errors[r.rank] = payload
+                cause_until = cause_until or time.monotonic() + _CAUSE_GRACE
+            else:
+                records[r.rank] = pickle.loads(payload)
+    if crashed:
+        _drain_stderr(ranks)
+        rank, code = min(crashed.items())
+        if code == EXIT_MAIN_REIMPORTED and all(c == code for c in crashed.values()):
+            raise MainGuardMissing(lab_name, getattr(sys.modules.get("__main__"), "__file__", None))
+        raise RankCrashedError(lab_name, rank, code, _tail_lines(ranks[rank].tail))
+    if errors:
+        own = [r for r, text in errors.items() if not _PEER_FAILURE.search(text)]
+        first = own[0] if own else min(errors)
+        raise RankFailedError(lab_name, first, errors[first])
     return records
 
 
-def _root_cause(lab_name: str, procs: list, results, records: dict, rank: int, tb: str) -> Exception:
-    """The error to show: a crashed rank, else a rank's own failure, not its peers' echoes of it."""
-    errors = {rank: tb}
-    until = time.monotonic() + _CAUSE_GRACE
-    while time.monotonic() < until:
-        try:
-            kind, other, payload = results.get(timeout=0.05)
-        except queue_mod.Empty:
-            continue
-        if kind == "error":
-            errors.setdefault(other, payload)
-    for r, p in enumerate(procs):
-        if r not in errors and r not in records and p.exitcode not in (None, 0):
-            return RankCrashedError(lab_name, r, p.exitcode)
-    own = [r for r, text in errors.items() if not _PEER_FAILURE.search(text)]
-    first = own[0] if own else rank
-    return RankFailedError(lab_name, first, errors[first])
+def _exitcode(r: _Rank) -> int | None:
+    r.process.join(timeout=2.0)
+    return r.process.exitcode
 
 
-def _where_stuck(procs: list, missing: list[int], stack_dir: Path) -> dict[int, str]:
+def _drain_stderr(ranks: list[_Rank], seconds: float = 0.3) -> None:
+    """Read what the ranks still have in their standard error pipes (a dying rank's last words)."""
+    until = time.monotonic() + seconds
+    while True:
+        open_pipes = {r.stderr: r for r in ranks if r.stderr_open}
+        ready = mp.connection.wait(list(open_pipes), timeout=max(0.0, until - time.monotonic())) if open_pipes else []
+        if not ready:
+            return
+        for conn in ready:
+            open_pipes[conn].forward_stderr()
+
+
+def _tail_lines(data: bytes, lines: int = 10) -> str:
+    text = data.decode(errors="replace").rstrip()
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _where_stuck(ranks: list[_Rank], missing: list[int]) -> dict[int, str]:
     """Ask each unfinished rank for its Python stack; return its innermost lab frame per rank."""
     if _STACK_SIGNAL is None:
         return {}
     for r in missing:
-        if procs[r].is_alive():
-            os.kill(procs[r].pid, _STACK_SIGNAL)
-    time.sleep(0.5)
-    where = {}
-    for r in missing:
-        path = stack_dir / f"rank{r}.txt"
-        text = path.read_text(errors="replace") if path.exists() else ""
-        where[r] = _describe_stack(text)
-    return where
+        if ranks[r].process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(ranks[r].process.pid, _STACK_SIGNAL)
+    texts = {r: b"" for r in missing}
+    until = time.monotonic() + 2.0
+    while time.monotonic() < until:
+        pipes = {ranks[r].stack: r for r in missing}
+        ready = mp.connection.wait(list(pipes), timeout=0.3 if all(texts.values()) else until - time.monotonic())
+        if not ready:
+            break
+        for conn in ready:
+            chunk = os.read(conn.fileno(), 65536)
+            texts[pipes[conn]] += chunk
+    return {r: describe_faulthandler(text.decode(errors="replace")) for r, text in texts.items()}
 
 
 def _describe_stack(text: str) -> str:
-    # faulthandler prints the most recent call first: 'File "…/x.py", line 12 in fn'
-    frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text)
-    if not frames:
-        return "스택을 읽지 못함"
-    # DDP's own collectives (buffer broadcast, bucket rebuild) start in C++ from its forward.
-    in_collective = any("distributed_c10d" in f or "torch/distributed" in f or f.endswith("nn/parallel/distributed.py")
-                        for f, _, _ in frames)
-    lab_frames = [(f, line, fn) for f, line, fn in frames if "/labs/" in f and not f.endswith("launch.py")]
-    f, line, fn = (lab_frames or frames)[0]
-    place = f"{Path(f).name} {line}행 {fn}()"
-    return f"집합 통신에서 다른 랭크를 기다리는 중 ({place})" if in_collective else f"집합 통신 밖에서 멈춤 ({place})"
+    """A faulthandler dump as a Korean phrase (kept here for callers of the launcher's old helper)."""
+    return describe_faulthandler(text)
 
 
-def _stop(procs: list, graceful: bool) -> None:
-    if graceful:
+def _stop(ranks: list[_Rank], graceful: bool) -> None:
+    procs = [r.process for r in ranks if r.process.pid is not None]
+    if graceful:  # the ranks leave the group on their own; their last words still reach stderr
         deadline = time.monotonic() + 5.0
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        while time.monotonic() < deadline and any(p.is_alive() for p in procs):
+            pipes = {r.stderr: r for r in ranks if r.stderr_open}
+            sentinels = [p.sentinel for p in procs if p.is_alive()]
+            for ready in mp.connection.wait([*pipes, *sentinels], timeout=deadline - time.monotonic()):
+                if ready in pipes:
+                    pipes[ready].forward_stderr()
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -254,14 +391,46 @@ def _stop(procs: list, graceful: bool) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+    _drain_stderr(ranks, seconds=0.0)
 
 
-def _rank_main(lab_name: str, rank: int, world_size: int, backend: str, port: int,
-               params: dict, results, timeout: float, stack_dir: str) -> None:
+def _watch_launcher(launcher_pid: int, leftovers: list[str]) -> None:
+    """In a rank: when the launcher is gone (even SIGKILL), remove its folders and end this rank."""
+    def watch():
+        try:
+            select.select([os.pidfd_open(launcher_pid)], [], [])  # Linux 5.3+: readable once it has ended
+        except (AttributeError, OSError):  # no pidfd: ask every half second
+            while _alive(launcher_pid):
+                time.sleep(0.5)
+        for path in leftovers:
+            shutil.rmtree(path, ignore_errors=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="labs-launcher-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _rank_main(lab_name: str, rank: int, world_size: int, backend: str, port: int, params: dict,
+               timeout: float, launcher_pid: int, leftovers: list[str], results, stack, stderr) -> None:
     """Body of one spawned rank process."""
+    # Ctrl-C reaches the terminal's whole process group: only the launcher decides what it means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_launcher(launcher_pid, leftovers)
+    os.dup2(stderr.fileno(), 2)  # the launcher passes it on and keeps the last lines for a crash report
+    stderr.close()
+    for key in TORCHRUN_VARIABLES:  # a spawned rank is not a torchrun rank, whatever the shell left behind
+        os.environ.pop(key, None)
     if _STACK_SIGNAL is not None:  # the launcher asks a stuck rank for its stack with this signal
-        stack_file = open(Path(stack_dir) / f"rank{rank}.txt", "w")
-        faulthandler.register(_STACK_SIGNAL, file=stack_file, all_threads=False)
+        faulthandler.register(_STACK_SIGNAL, file=stack.fileno(), all_threads=False)
     try:
         if sys.platform.startswith("linux"):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this machine
@@ -274,7 +443,7 @@ def _rank_main(lab_name: str, rank: int, world_size: int, backend: str, port: in
         record = get_lab(lab_name).run_rank(ctx, params)
         payload = pickle.dumps(record)
     except BaseException:
-        results.put(("error", rank, traceback.format_exc()))
+        results.send(("error", traceback.format_exc()))
         return
-    results.put(("ok", rank, payload))
+    results.send(("ok", payload))
     dist.destroy_process_group()

@@ -9,11 +9,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
 import labs
 from labs.cli import EXIT_BAD_INPUT, EXIT_LAB_ERROR, EXIT_OK, main
+from labs.torchrun import REQUIRED, VARIABLES as TORCHRUN_VARIABLES, TorchrunEnv, detect
 
 from conftest import clean_env, has_hangul
 
@@ -125,6 +127,7 @@ def test_bad_input_exits_2_with_korean_error(args, fragments):
     pytest.param(["run", "faults", "--param", "fault_rank"], ["오류", "KEY=VALUE"], id="param-no-equals"),
     pytest.param(["run", "faults", "--param", "fault_rank=1.5"], ["오류", "fault_rank", "정수"], id="param-float"),
     pytest.param(["run", "faults", "--timeout", "0"], ["오류", "timeout"], id="timeout-0"),
+    pytest.param(["run", "faults", "--timeout", "1e14"], ["오류", "timeout", "86400초"], id="timeout-1e14"),
     pytest.param(["run", "faults", "--backend", "mpi"], ["오류", "명령줄 인자가 잘못되었습니다"], id="bad-backend"),
     pytest.param(["run", "faults", "--nproc", "two"], ["오류", "명령줄 인자가 잘못되었습니다"], id="nproc-not-int"),
     pytest.param([], ["오류", "명령줄 인자가 잘못되었습니다"], id="no-command"),
@@ -173,18 +176,62 @@ def test_torchrun_in_place_prints_one_report_from_rank_0(tmp_path):
     assert ours, "torchrun should have used the redirected TMPDIR"
 
 
-def test_in_torchrun_detection(monkeypatch):
-    from labs.launch import in_torchrun
+# ----------------------------------------------------------------------------- torchrun or a stale shell
 
-    for key in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(key, raising=False)
-    assert in_torchrun() is False
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    assert in_torchrun() is False  # without MASTER_ADDR this is not an env:// launch
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    assert in_torchrun() is True
-    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
-    assert in_torchrun() is True
+def _real_torchrun_env(tmp_path) -> dict[str, str]:
+    """The torchrun variables of a real worker (rank 0 of 2): `torchrun --no-python env` prints them."""
+    env = clean_env(TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "--no-python", "env"], capture_output=True, text=True, timeout=100, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key in TORCHRUN_VARIABLES and (key != "RANK" or value == "0"):
+            seen.setdefault(key, value)
+    return seen
+
+
+def test_a_real_workers_variables_make_a_consistent_set(tmp_path):
+    """The judge accepts exactly what torchrun gives a worker, and only from its agent."""
+    env = _real_torchrun_env(tmp_path)
+    assert set(REQUIRED) <= set(env), sorted(set(REQUIRED) - set(env))
+    agent = [sys.executable, str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node=2", "x.py"]
+    assert detect(env, parent=agent).in_place
+    assert detect(env, parent=[sys.executable, "-m", "torch.distributed.run", "x.py"]).in_place
+    shell = detect(env, parent=["-bash"])
+    assert not shell.in_place and "bash" in shell.reason and set(shell.leftovers) == set(env)
+    for key, value, why in [("RANK", "2", "RANK=2"), ("LOCAL_RANK", "-1", "LOCAL_RANK"),
+                            ("WORLD_SIZE", "two", "WORLD_SIZE"), ("MASTER_PORT", "70000", "MASTER_PORT"),
+                            ("TORCHELASTIC_RESTART_COUNT", "1", "RESTART_COUNT")]:
+        verdict = detect({**env, key: value}, parent=agent)
+        assert not verdict.in_place and why in verdict.reason, (key, verdict)
+    missing = dict(env)
+    del missing["GROUP_RANK"]
+    assert "GROUP_RANK 없음" in detect(missing, parent=agent).reason
+    assert detect({}, parent=["-bash"]) == TorchrunEnv(False)
+
+
+STALE = {
+    "master-only": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+    "rank-world-master": {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                          "MASTER_PORT": "29511"},
+    "run-id-alone": {"TORCHELASTIC_RUN_ID": "stale-job"},
+}
+
+
+@pytest.mark.parametrize("stale", [*STALE, "real-worker"])
+def test_stale_torchrun_variables_do_not_fool_the_cli(tmp_path, stale):
+    """F2: variables left in a shell (or a whole worker's set, copied) make no torchrun rank: --nproc ranks
+    are spawned, the report comes back, and one Korean line names the ignored variables."""
+    leftovers = _real_torchrun_env(tmp_path) if stale == "real-worker" else STALE[stale]
+    proc = labs_cli("run", "faults", "--nproc", "2", "--json", timeout=90, **leftovers)
+
+    assert proc.returncode == EXIT_OK, (proc.returncode, proc.stderr[-3000:])
+    report = single_json(proc.stdout)
+    assert report["world_size"] == 2 and report["ok"] is True
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and has_hangul(lines[0]), proc.stderr[-3000:]
+    assert "무시" in lines[0] and "unset" in lines[0]
+    for key in leftovers:
+        assert key in lines[0], (key, lines[0])

@@ -7,14 +7,18 @@ start anything). The ``faults`` lab does one all_reduce of rank+1, so N ranks mu
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.forkserver
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import psutil
 import pytest
 import torch.distributed as dist
 
@@ -23,7 +27,7 @@ import labs.launch
 from labs.context import resolve_backend
 from labs.errors import LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
 
-from conftest import has_hangul, live_children
+from conftest import clean_env, describe, has_hangul, live_children
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.real_ranks]
 
@@ -114,6 +118,25 @@ def test_dying_rank_is_reported_with_exit_code(warm_launcher, no_leftover_childr
     no_leftover_children()
 
 
+@pytest.mark.parametrize("mode, code, cause, not_said", [
+    pytest.param("kill", -9, "OOM killer", "종료 코드 -9로 끝났습니다", id="SIGKILL"),
+    pytest.param("abort", -6, "SIGABRT(6)", "OOM", id="SIGABRT"),
+    pytest.param("exit", 17, "랭크가 종료 코드 17로 끝났습니다", "OOM", id="exit-17"),
+])
+def test_a_dead_ranks_exit_code_names_its_cause(warm_launcher, no_leftover_children, mode, code, cause, not_said):
+    """F8: -9 is a kill (maybe the OOM killer); any other code is said as it is, with the rank's last stderr lines."""
+    with pytest.raises(RankCrashedError) as info:
+        labs.run("faults", nproc=2, mode=mode, fault_rank=1)
+    err = info.value
+    assert (err.rank, err.exitcode) == (1, code)
+    message = str(err)
+    assert cause in message and not_said not in message, message
+    if mode == "exit":  # the rank printed one line before os._exit(17): it is in the report
+        assert "의도한 종료: 랭크 1, 종료 코드 17" in err.stderr_tail
+        assert "마지막 표준 오류" in message and "의도한 종료: 랭크 1" in message
+    no_leftover_children()
+
+
 def test_hanging_rank_times_out_and_says_where_each_rank_is(warm_launcher, no_leftover_children):
     # While the run hangs, check that the leftover-process helper really sees the ranks; this
     # keeps the "nothing left" assertion below from passing vacuously.
@@ -182,12 +205,16 @@ BAD_INPUT = [
     pytest.param(("replicas",), {"nproc": 2, "per_rank_batch": "4"},
                  ["per_rank_batch", "1 이상 1024 이하의 정수", "'4'"], id="param-wrong-type"),
     pytest.param(("replicas",), {"nproc": 2, "steps": 0}, ["steps", "1 이상"], id="param-zero"),
-    pytest.param(("faults",), {"nproc": 2, "mode": 3}, ["mode", "none, raise, hang, exit 중 하나", "3"], id="param-not-str"),
+    pytest.param(("faults",), {"nproc": 2, "mode": 3}, ["mode", "none, raise, hang, exit, kill, abort 중 하나", "3"], id="param-not-str"),
     pytest.param(("faults",), {"nproc": 2, "timeout": 0}, ["timeout", "0보다 큰"], id="timeout=0"),
     pytest.param(("faults",), {"nproc": 2, "timeout": -5}, ["timeout", "-5"], id="timeout<0"),
     pytest.param(("faults",), {"nproc": 2, "timeout": float("nan")}, ["timeout", "유한한"], id="timeout-nan"),
     pytest.param(("faults",), {"nproc": 2, "timeout": float("inf")}, ["timeout", "유한한"], id="timeout-inf"),
     pytest.param(("faults",), {"nproc": 2, "timeout": True}, ["timeout", "True"], id="timeout-bool"),
+    pytest.param(("faults",), {"nproc": 2, "timeout": 1e14}, ["timeout", "86400초", "100000000000000.0"], id="timeout-1e14"),
+    pytest.param(("faults",), {"nproc": 2, "timeout": 86401}, ["timeout", "86400초", "86401"], id="timeout-day+1"),
+    pytest.param((None,), {"nproc": 2}, ["실습 이름은 문자열", "None", "python -m labs list"], id="lab-None"),
+    pytest.param((3,), {}, ["실습 이름은 문자열", "3"], id="lab-int"),
     pytest.param(("faults",), {"nproc": 2, "mode": "bogus"}, ["mode", "raise", "'bogus'"], id="faults-mode"),
     pytest.param(("faults",), {"nproc": 2, "mode": "raise", "fault_rank": 5}, ["fault_rank", "N-1=1"],
                  id="fault-rank-range"),
@@ -303,3 +330,157 @@ def test_cli_start_imports_no_rank_only_module():
     preload = multiprocessing.forkserver._forkserver._preload_modules
     assert set(labs.launch.RANK_IMPORTS) <= set(preload), preload
     assert any(m.startswith("sklearn") for m in labs.launch.RANK_IMPORTS)
+
+
+# ----------------------------------------------------------------------------- the launcher ends: nothing stays
+
+HANG = ["run", "faults", "--nproc", "3", "--param", "mode=hang", "--timeout", "100"]
+# torch's compile cache (made on import of torch._dynamo, kept on purpose): not something a run leaves behind
+_TORCH_CACHE = "torchinductor_"
+
+
+def _session(sid: int) -> list[psutil.Process]:
+    """Every live process of session ``sid`` (the launcher's: ranks, fork server and resource tracker
+    stay in it even after they are orphaned and adopted by init)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+def _temp_left(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if not p.name.startswith(_TORCH_CACHE))
+
+
+def _start_hanging_launcher(tmp: Path) -> subprocess.Popen:
+    """`python -m labs run faults --param mode=hang` in a session of its own, TMPDIR=``tmp``; returns
+    once all six processes are up and every rank has reached the hang (its stack pipe is idle)."""
+    env = clean_env(TMPDIR=str(tmp))
+    launcher = subprocess.Popen([sys.executable, "-m", "labs", *HANG], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while True:
+        procs = _session(launcher.pid)
+        ranks = [p for p in procs if p.pid != launcher.pid and "forkserver" in " ".join(p.cmdline())
+                 and p.ppid() != launcher.pid]
+        # launcher + fork server + resource tracker + 3 ranks, all idle (past import and setup)
+        if len(procs) == 6 and len(ranks) == 3 and _idle(ranks):
+            return launcher
+        assert launcher.poll() is None, launcher.communicate()
+        assert time.monotonic() < deadline, f"런처와 랭크가 120초 안에 모두 뜨지 않았습니다: {describe(procs)}"
+        time.sleep(0.3)
+
+
+def _idle(procs: list[psutil.Process], seconds: float = 1.0) -> bool:
+    try:
+        before = [sum(p.cpu_times()[:2]) for p in procs]
+        time.sleep(seconds)
+        return all(sum(p.cpu_times()[:2]) - b < 0.1 * seconds for p, b in zip(procs, before))
+    except psutil.Error:
+        return False
+
+
+def _wait_gone(sid: int, seconds: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + seconds
+    while True:
+        left = _session(sid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how, code", [
+    pytest.param("TERM", 143, id="SIGTERM"),
+    pytest.param("HUP", 129, id="SIGHUP"),
+    pytest.param("INT-group", 130, id="ctrl-c"),
+    pytest.param("TERM-group", 143, id="group-SIGTERM"),
+    pytest.param("KILL", -9, id="SIGKILL"),
+])
+def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how, code):
+    """F1: however the launcher ends, no rank, fork server or resource tracker outlives it by more than a
+    few seconds, TMPDIR is left as it was, and INT/TERM/HUP end in one Korean line and 128 + the signal."""
+    launcher = _start_hanging_launcher(tmp_path)
+    sid = launcher.pid
+    try:
+        name, _, group = how.partition("-")
+        sig = getattr(signal, f"SIG{name}")
+        (os.killpg if group else os.kill)(sid, sig)
+        out, err = launcher.communicate(timeout=60)
+        left = _wait_gone(sid, 15)
+    finally:
+        for p in _session(sid):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    assert not left, f"런처가 끝난 뒤에도 프로세스가 남았습니다: {describe(left)}"
+    assert launcher.returncode == code, (launcher.returncode, err[-2000:])
+    assert _temp_left(tmp_path) == [], f"TMPDIR에 남은 것: {_temp_left(tmp_path)}"
+    if how != "KILL":
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and has_hangul(lines[0]) and "중단" in lines[0], err[-3000:]
+        assert "Traceback" not in err and "leaked" not in err
+        assert out == ""
+
+
+# ----------------------------------------------------------------------------- a script without the main guard
+
+SCRIPT = """import labs
+
+result = labs.run("faults", nproc=2)
+print("합계", result.ranks[0]["sum"])
+"""
+GUARDED = SCRIPT.replace("result = labs.run", 'if __name__ == "__main__":\n    result = labs.run').replace(
+    "\nprint(", "\n    print(")
+
+
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, no_leftover_children):
+    """F8: the ranks re-import the script (multiprocessing's spawn and forkserver do), so an unguarded
+    labs.run runs again in each of them; the launcher says so in Korean, not "OOM or a signal"."""
+    plain, guarded = tmp_path / "plain.py", tmp_path / "guarded.py"
+    plain.write_text(SCRIPT, encoding="utf-8")
+    guarded.write_text(GUARDED, encoding="utf-8")
+    env = clean_env(PYTHONPATH=str(Path(labs.__file__).resolve().parent.parent))
+
+    bad = subprocess.run([sys.executable, str(plain)], capture_output=True, text=True, timeout=120, env=env)
+    good = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=120, env=env)
+
+    assert bad.returncode != 0 and "MainGuardMissing" in bad.stderr, bad.stderr[-3000:]
+    last = bad.stderr.strip().splitlines()[-1]
+    assert 'if __name__ == "__main__":' in last and str(plain) in last and has_hangul(last), last
+    assert "OOM" not in bad.stderr and "합계" not in bad.stdout
+    assert good.returncode == 0, good.stderr[-3000:]
+    assert good.stdout.strip() == "합계 3.0"
+    no_leftover_children()
+
+
+def test_a_stop_signal_during_the_cleanup_is_raised_after_it():
+    """The first SIGTERM raises at once; one that comes while the ranks are being stopped is not lost."""
+    from labs.errors import LaunchInterrupted
+    from labs.launch import _StopSignals
+
+    first = _StopSignals()
+    with pytest.raises(LaunchInterrupted) as info:
+        first.handler(signal.SIGTERM, None)
+    assert info.value.code == 143 and "SIGTERM" in str(info.value) and has_hangul(str(info.value))
+    first.hold()
+    first.handler(signal.SIGHUP, None)
+    first.release()  # already raised once: the caller is leaving anyway
+
+    during = _StopSignals()
+    during.hold()
+    during.handler(signal.SIGHUP, None)  # while cleaning up: nothing yet
+    with pytest.raises(LaunchInterrupted) as info:
+        during.release()
+    assert info.value.code == 129
+
+
+def test_run_in_place_refuses_outside_torchrun(monkeypatch):
+    for key in labs.launch.TORCHRUN_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RANK", "0")  # a stale variable is not a torchrun rank
+    with pytest.raises(LabConfigError, match="torchrun이 띄운 랭크가 아닙니다.*labs.run"):
+        labs.launch.run_in_place("faults")

@@ -145,6 +145,34 @@ def test_one_node_torchrun_runs_a_lab_in_place(tmp_path, no_leftover_children):
     no_leftover_children()
 
 
+def test_a_hung_rank_under_torchrun_is_named_with_its_place(tmp_path, no_leftover_children):
+    """F7: each rank's watchdog reports at the deadline. Rank 0 prints the spawn launcher's report (the hung
+    rank outside a collective, its peers waiting in one), and torchrun's root cause is the hung rank."""
+    hung, timeout = 1, 10
+    command = commands.torchrun_one_node("faults", nproc=3, params={"mode": "hang", "fault_rank": hung})
+    # --standalone: a free rendezvous port (other jobs on this machine may hold 29500)
+    command = command.replace("torchrun ", "torchrun --standalone ", 1) + f" --timeout {timeout}"
+    started = time.monotonic()
+    agent = _start_agent(command, tmp_path)
+    try:
+        out, err = agent.communicate(timeout=150)
+    finally:
+        _stop(agent)
+    elapsed = time.monotonic() - started
+    assert agent.returncode not in (0, None), err[-3000:]
+    reports = [line for line in err.splitlines() if line.startswith("실습 실행 실패")]
+    assert len(reports) == 1, err[-4000:]
+    assert f"제한 시간 {timeout}초" in reports[0] and "끝나지 않은 랭크: 0, 1, 2" in reports[0]
+    assert re.search(rf"랭크 {hung}: 집합 통신 밖에서 멈춤 \(faults\.py \d+행 rank_fn\(\)\)", err), err[-4000:]
+    for rank in (0, 2):
+        assert re.search(rf"랭크 {rank}: 집합 통신에서 다른 랭크를 기다리는 중 \(faults\.py", err), err[-4000:]
+    root = err[err.index("Root Cause"):]
+    assert re.search(rf"rank\s*: {hung} \(local_rank: {hung}\)\s*exitcode\s*: 3 ", root), root[:1500]
+    assert "Timed out" not in err and "DistBackendError" not in err  # no gloo timeout: the watchdog came first
+    assert elapsed < 120, f"{elapsed:.0f}초"
+    no_leftover_children()
+
+
 def _ranks_idle(ranks: list[psutil.Process], seconds: float = 1.0) -> bool:
     """All ranks used (almost) no CPU for ``seconds``: past torch's import and the group's setup,
     each is blocked in the all_reduce or in the hanging rank's sleep loop."""

@@ -8,6 +8,8 @@ the launcher turns each of these into a Korean error that names the rank.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 
 import torch
@@ -19,7 +21,7 @@ from ..params import Choice, Int
 from ..registry import Lab
 from ..result import Summary, check_close
 
-MODES = ("none", "raise", "hang", "exit")
+MODES = ("none", "raise", "hang", "exit", "kill", "abort")
 
 
 def validate(params: dict, world_size: int) -> None:
@@ -36,7 +38,12 @@ def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> dict:
             while True:  # 집합 통신에 끝내 나타나지 않는 랭크
                 time.sleep(0.1)
         if mode == "exit":
-            os._exit(17)  # 결과를 보내지 못하고 죽는 프로세스 (OOM kill과 비슷)
+            print(f"의도한 종료: 랭크 {ctx.rank}, 종료 코드 17", file=sys.stderr, flush=True)
+            os._exit(17)  # 결과를 보내지 못하고 끝나는 프로세스 (sys.exit, 확장 모듈의 exit와 비슷)
+        if mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)  # 메모리가 모자랄 때 OOM killer가 하는 일
+        if mode == "abort":
+            os.abort()  # C++ 쪽 오류(assert, std::terminate)로 죽는 프로세스: SIGABRT
     # 나머지 랭크는 all_reduce에서 고장 난 랭크를 기다린다.
     value = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
     dist.all_reduce(value)
@@ -54,7 +61,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
 
 LAB = Lab(
     name="faults",
-    description="한 랭크가 예외를 내거나(raise), 멈추거나(hang), 죽을 때(exit) 런처가 어느 랭크인지 알려 주는 모습 (기본은 고장 없음)",
+    description="한 랭크가 예외를 내거나(raise), 멈추거나(hang), 죽을 때(exit, kill, abort) 런처가 어느 랭크인지 알려 주는 모습 (기본은 고장 없음)",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=3,
