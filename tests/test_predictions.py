@@ -118,6 +118,16 @@ def test_correct_positions_vary_within_a_chapter(stem):
         assert len(set(answers)) >= 2, f"{stem}: 모든 예측의 정답이 {answers[0]}번 자리입니다. 자리를 섞으세요."
 
 
+def test_correct_choice_is_rarely_the_longest_or_the_shortest():
+    """A reader who always picks the longest (or shortest) choice must not score: at most a third each (ties count)."""
+    boxes = [(p["id"], [c.strip() for c in p["options"]["choices"].split("|")], int(p["options"]["answer"]) - 1)
+             for ps in PREDICTIONS.values() for p in ps if "choices" in p["options"]]
+    longest = [pid for pid, ch, a in boxes if len(ch[a]) == max(map(len, ch))]
+    shortest = [pid for pid, ch, a in boxes if len(ch[a]) == min(map(len, ch))]
+    assert len(longest) * 3 <= len(boxes), f"정답이 가장 긴 보기인 예측이 {len(longest)}/{len(boxes)}개입니다: {longest}"
+    assert len(shortest) * 3 <= len(boxes), f"정답이 가장 짧은 보기인 예측이 {len(shortest)}/{len(boxes)}개입니다: {shortest}"
+
+
 # ----------------------------------------------------------------------------- the directive in a real build
 
 INTRO = "# 소개\n\n```{quiz-progress}\n```\n"
