@@ -106,6 +106,30 @@ def test_every_prediction_is_well_formed(stem):
         assert p["body"], f"{where}: 답의 설명(본문)이 없습니다."
 
 
+@pytest.mark.parametrize("stem", CONVERTED)
+def test_glue_cells_compile(stem):
+    """A glue cell that does not even parse fails the whole chapter's build: catch it here, in a second."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    cells = [(i, _source(c)) for i, c in enumerate(_cells(stem)) if c["cell_type"] == "code" and _GLUE_CALL.search(_source(c))]
+    assert cells, f"{stem}: 측정값을 glue하는 셀이 없습니다."
+    for i, code in cells:
+        compile(TransformerManager().transform_cell(code), f"{stem}.ipynb 셀 {i}", "exec")
+
+
+def test_prediction_text_uses_the_book_terms():
+    """The boxes are fenced blocks, which the book-wide term check skips: check their words here."""
+    from test_book_consistency import FORBIDDEN_TERMS, prose
+
+    found = []
+    for stem, ps in PREDICTIONS.items():
+        for p in ps:
+            text = prose(" ".join([*p["options"].values(), p["body"]]))
+            found += [f"{p['id']}: '{m.group(0)}' → {term}" for pattern, term in FORBIDDEN_TERMS.items()
+                      for m in re.finditer(pattern, text)]
+    assert not found, "예측 상자에 이 책이 쓰지 않는 용어가 있습니다:\n" + "\n".join(found)
+
+
 def test_prediction_ids_are_unique_book_wide():
     ids = [p["id"] for ps in PREDICTIONS.values() for p in ps]
     assert len(ids) == len(set(ids)), f"겹치는 예측 id: {sorted({i for i in ids if ids.count(i) > 1})}"
