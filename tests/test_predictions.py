@@ -221,7 +221,14 @@ def test_rendered_box_shows_question_and_hides_answer(mini_site):
 
 
 def test_broken_boxes_fail_the_build_in_korean(tmp_path):
-    bad = """```{prediction} ch1-bad-answer
+    bad = """```{prediction} ch1-good
+:question: 어느 것일까요?
+:choices: 가 | 나
+:answer: 2
+본문
+```
+
+```{prediction} ch1-bad-answer
 :question: 어느 것일까요?
 :choices: 가 | 나
 :answer: 3
@@ -249,7 +256,7 @@ def test_broken_boxes_fail_the_build_in_korean(tmp_path):
 본문
 ```
 """
-    twin = "```{prediction} ch1-bad-answer\n:question: 같은 id?\n:choices: 가 | 나\n:answer: 1\n본문\n```\n"
+    twin = "```{prediction} ch1-good\n:question: 같은 id?\n:choices: 가 | 나\n:answer: 1\n본문\n```\n"
     book = make_book(tmp_path, {"book/intro.md": INTRO, "book/01_structure.ipynb": _notebook(bad, GLUE),
                                 "book/twin.md": "# 쌍둥이\n\n" + twin})
     proc = build(book)
@@ -259,7 +266,7 @@ def test_broken_boxes_fail_the_build_in_korean(tmp_path):
     assert "id는 'ch1-'로 시작" in out
     assert "질문에 답이 들어 있습니다" in out
     assert "ch1-missing" in out and "glue" in out
-    assert "'ch1-bad-answer'가" in out and "책 전체에서 하나뿐" in out
+    assert "'ch1-good'가" in out and "책 전체에서 하나뿐" in out
 
 
 # ----------------------------------------------------------------------------- the built site in a browser
