@@ -227,7 +227,7 @@ _SCRIPT = """
   var KEY = %(key)s;
   function load() { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (e) { return {}; } }
   function save(p) { try { localStorage.setItem(KEY, JSON.stringify(p)); } catch (e) { /* 저장 불가: 무시 */ } }
-  function fmt(x) { return String(Number(x.toPrecision(3))); }
+  function fmt(x) { return String(Number(x.toPrecision(6))); }
   function plain(el) { return el ? el.textContent.replace(/\\s+/g, " ").trim() : ""; }
   function reveal(box, guess, hit, remember) {
     var result = box.querySelector(".ddp-prediction-result"), mine, right;
