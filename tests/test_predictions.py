@@ -272,6 +272,7 @@ def test_broken_boxes_fail_the_build_in_korean(tmp_path):
 # ----------------------------------------------------------------------------- the built site in a browser
 
 CH11, INTRO_PAGE = "book/11_myths.html", "book/intro.html"
+_TEXT = "e => e.textContent.replace(/\\s+/g, ' ').trim()"
 
 
 @pytest.fixture
@@ -314,8 +315,9 @@ def test_prediction_reveals_only_after_a_guess_and_survives_reload(page):
 
     choice = page.locator('.ddp-prediction[data-pid="ch11-processes"]')
     wrong = choice.locator('.ddp-prediction-choice[data-correct="0"]').first
-    guess = wrong.inner_text().strip()
-    right = choice.locator('.ddp-prediction-choice[data-correct="1"]').inner_text().strip()
+    # the page writes the choices' text content (a formula's MathML reads "N", not the rendered italic)
+    guess = wrong.evaluate(_TEXT)
+    right = choice.locator('.ddp-prediction-choice[data-correct="1"]').evaluate(_TEXT)
     wrong.click()
     result = poll(lambda: choice.locator(".ddp-prediction-result").inner_text(), lambda t: "내 예측" in t)
     assert f"내 예측: {guess}" in result and f"정답: {right}" in result and "빗나갔습니다" in result, result
@@ -335,7 +337,7 @@ def test_prediction_reveals_only_after_a_guess_and_survives_reload(page):
     restored = poll(lambda: choice.locator(".ddp-prediction-result").inner_text(), lambda t: "내 예측" in t)
     assert f"내 예측: {guess}" in restored, "새로고침 후 예측이 복원되지 않았습니다."
     assert choice.locator(".ddp-prediction-answer").is_visible()
-    assert choice.locator('.ddp-prediction-choice[aria-pressed="true"]').inner_text().strip() == guess
+    assert choice.locator('.ddp-prediction-choice[aria-pressed="true"]').evaluate(_TEXT) == guess
     assert float(number.locator("input").input_value()) == float(measured)
     untouched = page.locator('.ddp-prediction[data-pid="ch11-held-fraction"] .ddp-prediction-answer')
     assert not untouched.is_visible(), "예측하지 않은 상자가 새로고침 후 열렸습니다."
