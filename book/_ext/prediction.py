@@ -1,0 +1,340 @@
+"""Sphinx extension: the ``{prediction}`` directive, a "예측해 보기" box the reader answers before reading on.
+
+In a chapter (MyST markdown)::
+
+    ```{prediction} ch5-adam-bitwise
+    :question: 몇 스텝 뒤 랭크들의 파라미터는 어떤 관계일까요?
+    :choices: 비트 단위까지 같다 | 반올림 수준으로 조금 다르다 | 점점 벌어진다
+    :answer: 1
+    :measured: 스텝마다 지문 종류 {glue:text}`ch5-fingerprint-kinds`개
+    답의 설명 (MyST; glue 역할을 써도 된다)
+    ```
+
+- ``:choices:`` (``|``로 나눈 보기 2개 이상) with ``:answer:`` (the correct choice, 1-based), or
+  ``:number:`` (a glue key of the chapter: the reader types a number and the answer is the value the
+  build measured, shown as "내 예측: … / 이번 빌드의 측정: …") with ``:tolerance:`` (absolute, or ``20%``
+  relative to the measured value).
+- ``:measured:`` (optional inline MyST): the line "이번 빌드의 측정: …" shown with the answer; its
+  numbers come from ``{glue:text}`` roles of cells that ran in this build, never typed.
+
+The page shows the question and the choice buttons (or a number box and 확인); the answer and the
+body carry the ``hidden`` attribute (invisible, and not in the accessibility tree) until the reader
+commits. Then the box shows "내 예측: … / 정답: …", the measured line and the body. The guess is kept in
+the browser's localStorage under one key (:data:`STORAGE_KEY`), so a committed box stays open after a
+reload, and the intro page's ``{quiz-progress}`` table counts predictions made and hit per chapter
+from the ids this extension registers for every page (:func:`chapter_predictions`). Everything is in
+the page: no kernel, no network.
+
+In live Jupyter (the classic notebook renders markdown, not MyST directives) the reader sees the
+fenced block as code, in reading order: the id, the question, the choices, the answer's number, the
+measured line and the explanation last.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.application import Sphinx
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+STORAGE_KEY = "ddp-course-predictions"  # localStorage key of the reader's guesses (this page script, progress table)
+_ID = re.compile(r"^ch(\d+)[a-z]?-[a-z0-9]+(?:-[a-z0-9]+)*$")
+_CHAPTER = re.compile(r"(?:^|/)(\d\d)([a-z]?)_[^/]*$")
+_TOLERANCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+
+logger = logging.getLogger(__name__)
+
+
+class prediction(nodes.General, nodes.Element):
+    """The whole box: ``<section class="ddp-prediction" data-pid=…>``."""
+
+
+class prediction_choice(nodes.General, nodes.Element):
+    """One choice button (inline content)."""
+
+
+class prediction_number(nodes.General, nodes.Element):
+    """The number box and its 확인 button."""
+
+
+class prediction_answer(nodes.General, nodes.Element):
+    """What the reader sees only after committing: ``<div hidden>``."""
+
+
+def _attrs(**values) -> str:
+    return "".join(f' {name.replace("_", "-")}="{html.escape(str(v), quote=True)}"' for name, v in values.items())
+
+
+def _visit_prediction(self, node):
+    data = {"data_pid": node["pid"], "data_kind": node["kind"]}
+    if node["kind"] == "number":
+        data.update(data_value=repr(node["value"]), data_tolerance=repr(node["tolerance"]))
+    self.body.append(f'<section class="ddp-prediction"{_attrs(**data)} aria-labelledby="{node["pid"]}-title">'
+                     f'<p class="ddp-prediction-title" id="{node["pid"]}-title">예측해 보기</p>')
+
+
+def _depart_prediction(self, node):
+    self.body.append("</section>\n")
+
+
+def _visit_choice(self, node):
+    self.body.append(f'<button type="button" class="ddp-prediction-choice"'
+                     f'{_attrs(data_choice=node["choice"], data_correct=int(node["correct"]))}>')
+
+
+def _depart_choice(self, node):
+    self.body.append("</button>")
+
+
+def _visit_number(self, node):
+    pid = node["pid"]
+    self.body.append(f'<div class="ddp-prediction-number"><label for="{pid}-guess">내 예측</label> '
+                     f'<input type="number" step="any" inputmode="decimal" id="{pid}-guess" '
+                     f'class="ddp-prediction-input" aria-describedby="{pid}-q"> '
+                     '<button type="button" class="ddp-prediction-submit">확인</button></div>')
+    raise nodes.SkipNode
+
+
+def _visit_answer(self, node):
+    self.body.append('<div class="ddp-prediction-answer" hidden>')
+
+
+def _depart_answer(self, node):
+    self.body.append("</div>")
+
+
+def _visit_other(self, node):
+    """Builders other than HTML (none in this book) get the plain content."""
+
+
+def _depart_other(self, node):
+    pass
+
+
+def _chapter_prefix(docname: str) -> str | None:
+    m = _CHAPTER.search(docname)
+    return f"ch{int(m.group(1))}{m.group(2)}-" if m else None
+
+
+def _parse_tolerance(text: str) -> tuple[float, bool]:
+    m = _TOLERANCE.match(text or "")
+    if not m:
+        raise ValueError
+    return float(m.group(1)), m.group(2) == "%"
+
+
+class PredictionDirective(SphinxDirective):
+    required_arguments = 1
+    has_content = True
+    option_spec = {
+        "question": directives.unchanged_required,
+        "choices": directives.unchanged,
+        "answer": directives.unchanged,
+        "number": directives.unchanged,
+        "tolerance": directives.unchanged,
+        "measured": directives.unchanged,
+    }
+
+    def _fail(self, message: str):
+        return [self.state.document.reporter.error(f"예측 상자 {self.arguments[0]}: {message}", line=self.lineno)]
+
+    def _inline(self, text: str) -> list[nodes.Node]:
+        parsed, messages = self.parse_inline(text.strip())
+        return parsed + messages
+
+    def run(self):
+        pid = self.arguments[0]
+        prefix = _chapter_prefix(self.env.docname)
+        if not _ID.match(pid) or (prefix and not pid.startswith(prefix)):
+            return self._fail(f"id는 '{prefix or 'chN-'}'로 시작하고 영어 소문자·숫자·하이픈만 써야 합니다.")
+        question = self.options.get("question", "").strip()
+        if not question:
+            return self._fail(":question:(보이는 질문)이 없습니다.")
+        if re.search(r"답\s*[:：]", question):
+            return self._fail("질문에 답이 들어 있습니다. 답은 본문에 쓰세요.")
+        box = prediction(pid=pid)
+        box += nodes.paragraph("", "", *self._inline(question), ids=[f"{pid}-q"], classes=["ddp-prediction-question"])
+        measured = self.options.get("measured", "").strip()
+        if "number" in self.options:
+            made = self._number(box, pid)
+            if made is not None:
+                return made
+        else:
+            made = self._choices(box)
+            if made is not None:
+                return made
+        box += nodes.paragraph("", "", classes=["ddp-prediction-result"])
+        answer = prediction_answer()
+        if measured:
+            answer += nodes.paragraph("", "", nodes.strong("", "이번 빌드의 측정"), nodes.Text(": "),
+                                      *self._inline(measured), classes=["ddp-prediction-measured"])
+        self.state.nested_parse(self.content, self.content_offset, answer)
+        box += answer
+        ids = getattr(self.env, "prediction_ids", None)
+        if ids is None:
+            ids = self.env.prediction_ids = {}
+        ids.setdefault(self.env.docname, []).append(pid)
+        return [box]
+
+    def _choices(self, box):
+        texts = [t.strip() for t in self.options.get("choices", "").split("|")]
+        if len(texts) < 2 or not all(texts):
+            return self._fail(":choices:에 '|'로 나눈 보기가 2개 이상 있어야 합니다(또는 :number:).")
+        try:
+            answer = int(self.options.get("answer", ""))
+        except ValueError:
+            answer = 0
+        if not 1 <= answer <= len(texts):
+            return self._fail(f":answer:는 정답 보기의 번호(1–{len(texts)})여야 합니다.")
+        box["kind"] = "choice"
+        group = nodes.container(classes=["ddp-prediction-choices"])
+        for i, text in enumerate(texts, start=1):
+            group += prediction_choice("", *self._inline(text), choice=i, correct=i == answer)
+        box += group
+        return None
+
+    def _number(self, box, pid):
+        from myst_nb.core.variables import RetrievalError
+        from myst_nb.ext.glue.utils import retrieve_glue_data
+
+        key = self.options["number"].strip()
+        try:
+            tolerance, relative = _parse_tolerance(self.options.get("tolerance", ""))
+        except ValueError:
+            return self._fail(":number:에는 :tolerance:(예: 0.5 또는 20%)가 있어야 합니다.")
+        try:
+            value = float(retrieve_glue_data(self.state.document, key).data.get("text/plain", "").strip("'\""))
+        except (RetrievalError, ValueError):
+            return self._fail(f"이 장의 셀이 glue(\"{key}\", 숫자)로 남긴 값이 없습니다. "
+                              "측정한 셀 뒤에서 glue로 값을 남기세요.")
+        if not math.isfinite(value):
+            return self._fail(f"glue 값 {key}가 유한한 숫자가 아닙니다: {value}")
+        box["kind"], box["value"] = "number", value
+        box["tolerance"] = abs(value) * tolerance / 100 if relative else tolerance
+        box += prediction_number(pid=pid)
+        return None
+
+
+_SCRIPT = """
+(function () {
+  // 예측 상자: 보기를 고르거나 숫자를 적어 확인하면 그때 답과 이번 빌드의 측정값을 보여 주고, 예측을 저장한다.
+  var KEY = %(key)s;
+  function load() { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (e) { return {}; } }
+  function save(p) { try { localStorage.setItem(KEY, JSON.stringify(p)); } catch (e) { /* 저장 불가: 무시 */ } }
+  function fmt(x) { return String(Number(x.toPrecision(6))); }
+  function plain(el) { return el ? el.textContent.replace(/\\s+/g, " ").trim() : ""; }
+  function reveal(box, guess, hit, remember) {
+    var result = box.querySelector(".ddp-prediction-result"), mine, right;
+    if (box.getAttribute("data-kind") === "number") {
+      var input = box.querySelector(".ddp-prediction-input");
+      input.value = guess; input.disabled = true;
+      box.querySelector(".ddp-prediction-submit").disabled = true;
+      mine = fmt(guess);
+      right = fmt(Number(box.getAttribute("data-value"))) + " (±" + fmt(Number(box.getAttribute("data-tolerance"))) +
+        " 안이면 맞힘)";
+    } else {
+      var chosen = box.querySelector('.ddp-prediction-choice[data-choice="' + Number(guess) + '"]');
+      if (!chosen) return;
+      box.querySelectorAll(".ddp-prediction-choice").forEach(function (b) {
+        b.disabled = true;
+        if (b.getAttribute("data-correct") === "1") b.classList.add("is-correct");
+      });
+      chosen.classList.add(hit ? "is-correct" : "is-wrong", "is-chosen");
+      chosen.setAttribute("aria-pressed", "true");
+      mine = plain(chosen);
+      right = plain(box.querySelector('.ddp-prediction-choice[data-correct="1"]'));
+    }
+    result.className = "ddp-prediction-result " + (hit ? "is-hit" : "is-miss");
+    var label = box.getAttribute("data-kind") === "number" ? " / 이번 빌드의 측정: " : " / 정답: ";
+    result.textContent = (hit ? "○ 맞혔습니다. " : "× 빗나갔습니다. ") + "내 예측: " + mine + label + right;
+    box.querySelector(".ddp-prediction-answer").hidden = false;
+    box.setAttribute("data-committed", "1");
+    if (remember) {
+      var p = load();
+      p[box.getAttribute("data-pid")] = { guess: guess, hit: hit, at: Date.now() };
+      save(p);
+    }
+  }
+  function commitNumber(box) {
+    var input = box.querySelector(".ddp-prediction-input"), guess = parseFloat(input.value);
+    if (!isFinite(guess)) { input.focus(); box.querySelector(".ddp-prediction-result").textContent = "숫자를 적고 확인을 누르세요."; return; }
+    var value = Number(box.getAttribute("data-value")), tol = Number(box.getAttribute("data-tolerance"));
+    reveal(box, guess, Math.abs(guess - value) <= tol + 1e-12 * Math.abs(value), true);
+  }
+  function restore() {
+    var p = load();
+    document.querySelectorAll(".ddp-prediction:not([data-ready])").forEach(function (box) {
+      box.setAttribute("data-ready", "1");
+      var s = p[box.getAttribute("data-pid")];
+      if (s && s.guess !== undefined) reveal(box, s.guess, !!s.hit, false);
+    });
+  }
+  if (!window.__ddpPredictionInstalled) {
+    window.__ddpPredictionInstalled = true;
+    document.addEventListener("click", function (ev) {
+      var t = ev.target.closest && ev.target.closest(".ddp-prediction-choice, .ddp-prediction-submit");
+      var box = t && t.closest(".ddp-prediction");
+      if (!box || box.getAttribute("data-committed")) return;
+      if (t.classList.contains("ddp-prediction-submit")) return commitNumber(box);
+      reveal(box, Number(t.getAttribute("data-choice")), t.getAttribute("data-correct") === "1", true);
+    });
+    document.addEventListener("keydown", function (ev) {
+      if (ev.key !== "Enter" || !ev.target.classList || !ev.target.classList.contains("ddp-prediction-input")) return;
+      var box = ev.target.closest(".ddp-prediction");
+      if (box && !box.getAttribute("data-committed")) { ev.preventDefault(); commitNumber(box); }
+    });
+  }
+  restore();
+})();
+"""
+
+
+def chapter_predictions(env) -> dict[str, list[str]]:
+    """Every page's prediction ids, in page order (known once all pages are read)."""
+    return getattr(env, "prediction_ids", {})
+
+
+def _add_script(app: Sphinx, doctree, docname: str) -> None:
+    if any(True for _ in doctree.findall(prediction)):
+        doctree += nodes.raw("", f"<script>{_SCRIPT % {'key': json.dumps(STORAGE_KEY)}}</script>", format="html")
+
+
+def _check_unique(app: Sphinx, env) -> None:
+    seen: dict[str, str] = {}
+    for docname, ids in sorted(chapter_predictions(env).items()):
+        for pid in ids:
+            if pid in seen:
+                logger.warning(f"예측 상자 id '{pid}'가 {seen[pid]}와 {docname}에 모두 있습니다. id는 책 전체에서 하나뿐이어야 "
+                               "합니다(독자의 예측이 id로 저장됩니다).", location=docname)
+            seen[pid] = docname
+
+
+def _purge(app: Sphinx, env, docname: str) -> None:
+    chapter_predictions(env).pop(docname, None)
+
+
+def _merge(app: Sphinx, env, docnames, other) -> None:
+    merged = dict(chapter_predictions(env))
+    merged.update({d: ids for d, ids in chapter_predictions(other).items() if d in docnames})
+    env.prediction_ids = merged
+
+
+def setup(app: Sphinx) -> dict:
+    other = (_visit_other, _depart_other)
+    for node, html_visitors in ((prediction, (_visit_prediction, _depart_prediction)),
+                                (prediction_choice, (_visit_choice, _depart_choice)),
+                                (prediction_number, (_visit_number, None)),
+                                (prediction_answer, (_visit_answer, _depart_answer))):
+        app.add_node(node, html=html_visitors, latex=other, text=other, man=other, texinfo=other)
+    app.add_directive("prediction", PredictionDirective)
+    app.connect("doctree-resolved", _add_script)
+    app.connect("env-check-consistency", _check_unique)
+    app.connect("env-purge-doc", _purge)
+    app.connect("env-merge-info", _merge)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
