@@ -226,8 +226,9 @@ def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: 
     ok = False
     with _stop_signals_raise() as stopping:
         try:
-            for r in ranks:
-                r.start()
+            with _main_without_missing_file():
+                for r in ranks:
+                    r.start()
             records = _collect(lab_name, ranks, timeout)
             ok = True
             return [records[r] for r in range(nproc)]
@@ -238,6 +239,22 @@ def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: 
                 r.close()
             del store
             stopping.release()
+
+
+@contextlib.contextmanager
+def _main_without_missing_file():
+    """A main module read from stdin (``python - <<EOF``) names a file that does not exist; a new
+    process would try to run it again and die. Such a main is started like ``python -c``: not re-run."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 class _StopSignals:

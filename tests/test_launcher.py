@@ -457,6 +457,17 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, no_leftover
     no_leftover_children()
 
 
+def test_a_script_read_from_stdin_runs_its_ranks(tmp_path, no_leftover_children):
+    """``python - <<EOF``: the main module names '<stdin>', which a new process cannot run again;
+    the ranks start as for ``python -c`` (on the old launcher every rank died with exit code 1)."""
+    env = clean_env(PYTHONPATH=str(Path(labs.__file__).resolve().parent.parent))
+    proc = subprocess.run([sys.executable, "-"], input=SCRIPT, capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "합계 3.0"
+    no_leftover_children()
+
+
 def test_a_stop_signal_during_the_cleanup_is_raised_after_it():
     """The first SIGTERM raises at once; one that comes while the ranks are being stopped is not lost."""
     from labs.errors import LaunchInterrupted
