@@ -88,6 +88,9 @@ def test_deadlock_ends_in_a_named_timeout(tmp_path, no_leftover_children):
     proc = grade_cli(path, "--timeout", "10")
     assert_korean_error(proc, EXIT_LAB_ERROR, "제한 시간 10초", "교착", "랭크 0", "랭크 1")
     assert time.monotonic() - started < 120
+    # 멈춘 랭크 0의 보고: 여러분의 코드(barrier를 부른 줄)가 먼저, 그다음 채점기의 자리
+    stuck = next(line for line in proc.stderr.splitlines() if line.startswith("  - 랭크 0"))
+    assert stuck.index("여러분의 코드 my_ddp.py 7행") < stuck.index("채점기"), stuck
     no_leftover_children()
 
 
