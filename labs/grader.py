@@ -185,8 +185,13 @@ def failed_checks(result: LabResult, name: str) -> set[str]:
 
 def cause_text(cls: dict, check: str) -> tuple[str, str]:
     """Why the check most likely failed and where to look (for grads_averaged: what the gradients were)."""
-    if check == "grads_averaged" and cls["grad_cause"]:
-        return GRAD_CAUSES[cls["grad_cause"]["cause"]]
+    cause = cls["grad_cause"]
+    if check == "grads_averaged" and cause:
+        if cause["cause"] == "not_reduced" and not cause["all"]:
+            return (f"이 파라미터들만 p.grad가 이 랭크 자신의 그래디언트 그대로입니다: {', '.join(cause['params'])}. "
+                    "나머지는 평균이 맞으므로, 이 파라미터들이 훅이나 버킷에서 빠졌습니다.",
+                    "훅을 거는 목록과 버킷에 넣는 목록이 학습하는 모든 파라미터를 담는지 보세요")
+        return GRAD_CAUSES[cause["cause"]]
     _, why, where = HINTS[check]
     return why, where
 

@@ -221,6 +221,13 @@ class BuffersForgotten(_PerParameter):
         super().__init__(module, buffers=False)
 
 
+class BarrierOnOneRank(_PerParameter):
+    def finish_gradient_synchronization(self):
+        if dist.get_rank() == 0:
+            dist.barrier()                   # 랭크 0만 부른다: 다른 랭크는 오지 않는다
+        super().finish_gradient_synchronization()
+
+
 class CapInElements(_Buckets):
     def __init__(self, module, bucket_cap_mb=25.0):
         super().__init__(module, bucket_cap_mb, self._close)
@@ -241,6 +248,7 @@ EXPECTED = {
     "UnwaitedFuture": ("handles_waited", "p.grad가"),
     "BuffersForgotten": ("buffers_broadcast", "running_mean"),
     "CapInElements": ("collectives_per_iteration", "원소 수"),
+    "BarrierOnOneRank": ("same_collectives_on_ranks", "랭크 0: BARRIER"),
 }
 SMALL = {"steps": 2}
 

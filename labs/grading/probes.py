@@ -57,6 +57,7 @@ STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다
 WATCH_S = 0.2     # 멈춘 곳을 적는 간격
 MISMATCH = "Detected mismatch between collectives"
 READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
+END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
 
 
 def takes_cap(cls: type) -> bool:
@@ -230,11 +231,19 @@ def compare_grad(g, oracle, local, previous) -> dict:
             "prev_err": None if previous is None else _rel(g, previous.reshape(-1).double())}
 
 
+def settle(ctx: RankContext) -> None:
+    """The end of an iteration on every rank: a call no reader makes (so a rank with one more or one
+    fewer call of its own meets a named mismatch, not a peer's call of the same kind), then a barrier,
+    which waits for every earlier work item of the group (the reductions nobody waited on)."""
+    dist.all_reduce(torch.zeros(END_MARK, dtype=torch.int64, device=ctx.device))
+    dist.barrier()
+
+
 def reductions(counter: CollectiveCounter, origin_ns: int) -> list[dict]:
     """The process group's All-Reduce work items: elements, bytes, launch time (s from ``origin_ns``)."""
     out = []
     for item in counter.items:
-        if item["op"] != "all_reduce":
+        if item["op"] != "all_reduce" or (item["dtype"] == "int64" and item["numels"] == [END_MARK]):
             continue
         numel = sum(item["numels"])
         dtype = getattr(torch, item["dtype"], None)
@@ -306,7 +315,7 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
                 mark(BACKWARD_END)
                 wrapped.finish_gradient_synchronization()
                 at_return = _grads(model)
-                dist.barrier()  # 남은 통신이 모두 끝날 때까지 (gloo의 barrier는 앞선 작업을 기다린다)
+                settle(ctx)
             if measured:
                 settled = _grads(model)
                 after = [float((a - s).abs().max()) for a, s in zip(at_return, settled) if a is not None and s is not None]
@@ -336,7 +345,7 @@ def _elements_per_iteration(ctx: RankContext, cls: type, cfg: dict, model: nn.Mo
         with CollectiveCounter() as counter:
             mse_backward(wrapped, *rank_batch(x, y, ctx.rank, ctx.world_size, cfg["per_rank_batch"]))
             wrapped.finish_gradient_synchronization()
-            dist.barrier()
+            settle(ctx)
         opt.step()
         elements.append(sum(call["numel"] for call in reductions(counter, 0)))
     return elements
@@ -398,9 +407,14 @@ def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> di
 
 
 def _short_mismatch(text: str) -> str:
-    """torch's mismatch message without the tensor options it repeats for every call."""
-    text = re.sub(r", TensorDeviceTypes=.*?memory_format=\(nullopt\)\)", "", text.split(".Collectives differ")[0])
-    return text[:400]
+    """torch's mismatch message in the reader's words: which call each rank made."""
+    calls = re.findall(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),?\s*"
+                       r"OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?", text)
+    if not calls:
+        return text.split(".Collectives differ")[0][:400]
+    ranks = ", ".join(f"랭크 {rank}: {op}" + (f" 원소 [{shape}]" if shape else "")
+                      for rank, _, op, shape in sorted(set(calls)))
+    return f"{int(calls[0][1]) + 1}번째 집합 통신에서 랭크들이 서로 다른 호출을 했습니다 ({ranks})"
 
 
 def _agree(ctx: RankContext, ok: bool) -> bool:
