@@ -18,6 +18,7 @@ from . import launch
 from .errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from .grading.judge import CHECKS
 from .grading.source import DEFAULT_CLASSES, GradeInputError, class_names, default_classes, exit_calls
+from .lessons.grade import REFERENCE
 from .registry import get_lab
 from .result import LabResult, _fmt
 
@@ -250,19 +251,21 @@ def explain_error(err: LabError, timeout: float) -> str:
 
 
 def main(args) -> int:
-    """``python -m labs grade PATH [--class NAME] [--nproc N] [--timeout S]``; returns the exit code."""
+    """``python -m labs grade [PATH] [--class NAME] [--nproc N] [--timeout S]``; returns the exit code
+    (without a path: the reference ``labs/miniddp.py``)."""
+    path = getattr(args, "path", None) or str(REFERENCE)
     try:
         params = dict(get_lab("grade").parse_params(args.param))
         if launch.in_torchrun():  # torchrun이 띄운 랭크 하나로 실행: 랭크 0이 모두의 결과를 보고한다
-            names = class_names(args.classes) or default_classes(args.path)
-            result = launch.run_in_place("grade", args.backend, args.timeout, path=_absolute(args.path),
+            names = class_names(args.classes) or default_classes(path)
+            result = launch.run_in_place("grade", args.backend, args.timeout, path=_absolute(path),
                                          classes=" ".join(names), **params)
             if result is None:
                 return 0
             if result.data["input_error"]:
                 raise GradeInputError(result.data["input_error"])
         else:
-            result = grade(args.path, args.classes or None, args.nproc, args.backend, args.timeout, **params)
+            result = grade(path, args.classes or None, args.nproc, args.backend, args.timeout, **params)
     except LabConfigError as err:
         print(f"오류: {err}", file=sys.stderr)
         return 2

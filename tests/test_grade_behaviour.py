@@ -17,7 +17,7 @@ import pytest
 
 import labs
 from conftest import clean_env, has_hangul
-from labs.grader import GradeInputError, diagnosis, failed_checks, report
+from labs.grader import GradeInputError, diagnosis, report
 
 pytestmark = pytest.mark.timeout(300)
 
