@@ -91,23 +91,24 @@ def size_capped_calls(sizes: list[int], cap: int) -> tuple[int, int]:
     return min(at_cap, before), max(at_cap, before)
 
 
-def layout_problem(calls: list[int], sizes: list[int], cap: int, complete: bool = True) -> str | None:
-    """Why one iteration's All-Reduce sizes (bytes) are not a size-capped bucket layout of ``sizes``
-    (the number of calls is judged only when every element was reduced)."""
+def layout_problem(calls: list[int], sizes: list[int], cap: int) -> str | None:
+    """Why one iteration's All-Reduce sizes (bytes) are not a size-capped bucket layout of ``sizes``."""
     largest = max(sizes)
     over = [c for c in calls if c > cap + largest and c not in sizes]
     if over:
         return f"{len(over)}번의 호출이 cap+가장 큰 파라미터({cap + largest:,}바이트)보다 큼: {over[:3]}바이트"
     low, high = size_capped_calls(sizes[::-1], cap)
-    if complete and not low <= len(calls) <= high:
+    if not low <= len(calls) <= high:
         return f"호출 {len(calls)}번: cap {cap:,}바이트를 지키는 규칙이 낼 수 있는 {low}~{high}번 밖"
     return None
 
 
-def layout_check(train: list[dict], bucketed: bool, cap_mb: float) -> tuple[bool, str]:
-    """Bucket layout by its properties (or one call per parameter), judged on rank 0's iterations."""
+def layout_check(train: list[dict], bucketed: bool, cap_mb: float) -> tuple[bool | None, str]:
+    """Bucket layout by its properties (or one call per parameter), judged on rank 0's iterations;
+    ``None`` when some elements were not reduced at all (nothing to judge the layout of)."""
     rec = train[0]
-    per_iteration = [[c["bytes"] for c in it["calls"]] for it in rec["iterations"]]
+    # 크기의 목록(순서 없이): 호출 순서는 검사기가 랭크끼리 맞춰 봤고, 배치의 성질은 순서와 상관없다
+    per_iteration = [sorted(c["bytes"] for c in it["calls"]) for it in rec["iterations"]]
     elements = [sum(c["numel"] for c in it["calls"]) for it in rec["iterations"]]
     trainable, sizes = sum(rec["numels"]), rec["sizes"]
     shown = f"반복별 호출 수 {[len(c) for c in per_iteration]}, 원소 {elements}개(학습 파라미터 {trainable}개)"
@@ -116,18 +117,18 @@ def layout_check(train: list[dict], bucketed: bool, cap_mb: float) -> tuple[bool
     if any(c != per_iteration[0] for c in per_iteration):
         return False, f"{shown}: 반복마다 호출이 달라짐(훅이나 버킷을 반복마다 새로 만들고 있지 않은지)"
     calls = per_iteration[0]
-    # 모자란 원소는 여기서 판정하지 않는다: 그 파라미터의 p.grad가 평균이 아니므로 grads_averaged가 이름으로 알린다
-    complete = elements[0] == trainable
+    if elements[0] < trainable:  # 빠진 파라미터의 p.grad는 평균이 아니다: grads_averaged가 그 이름을 알린다
+        return None, f"{shown}: 원소가 모자라 배치를 판정할 수 없음(빠진 파라미터는 grads_averaged가 이름으로 알림)"
     if not bucketed:
         left = list(sizes)
         ok = all(c in left and not left.remove(c) for c in calls)
         return ok, shown + ("" if ok else ": 파라미터마다 한 번씩이어야 함")
     cap = int(cap_mb * MIB)
-    problem = layout_problem(calls, sizes, cap, complete)
+    problem = layout_problem(calls, sizes, cap)
     if problem is None:
         return True, f"{shown}, 호출 크기 {calls}바이트"
     itemsize = sizes[0] // rec["numels"][0]
-    if layout_problem(calls, sizes, cap * itemsize, complete) is None:
+    if layout_problem(calls, sizes, cap * itemsize) is None:
         problem += (f". cap을 바이트가 아니라 원소 수로 센 배치와 같음: bucket_cap_mb × 2^20은 바이트 수이므로 "
                     f"원소 수로 비교하려면 element_size()({itemsize}바이트)로 나누세요")
     return False, f"{shown}, 호출 크기 {calls}바이트: {problem}"
@@ -157,11 +158,11 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
     b, t, f, tied = rec["broadcast"], rec["train"], rec["frozen"], rec["tied"]
     bucketed = ranks[0]["classes"][j]["bucketed"]
     facts: dict = {"grad_cause": None}
-    if t and mismatch is None:
-        sequences = [[[c["numel"] for c in it["calls"]] for it in r["iterations"]] for r in t]
-        if any(s != sequences[0] for s in sequences):
+    if t and mismatch is None:  # 호출의 순서는 torch의 검사기가 맞춰 봤다: 여기서는 반복마다 호출한 크기들을 견준다
+        sizes = [[sorted(c["numel"] for c in it["calls"]) for it in r["iterations"]] for r in t]
+        if any(s != sizes[0] for s in sizes):
             mismatch = "랭크마다 All-Reduce 호출(원소 수)이 다름: " + "; ".join(
-                f"랭크 {i}: {s[0]}" for i, s in enumerate(sequences))
+                f"랭크 {i}: {s[0]}" for i, s in enumerate(sizes))
     checks = [check_true("runs_without_error", error is None, error or "예외 없음",
                          "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
               check_true("same_collectives_on_ranks", mismatch is None, mismatch or "모든 호출 일치",
@@ -219,6 +220,8 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
 
     def layout():
         ok, value = layout_check(t, bucketed, params["bucket_cap_mb"])
+        if ok is None:
+            return not_applicable("collectives_per_iteration", value)
         return check_true("collectives_per_iteration", ok, value,
                           "학습하는 원소마다 반복당 한 번, 반복마다 같은 호출; 버킷은 호출마다 cap+가장 큰 파라미터 이하"
                           "(또는 cap보다 큰 텐서 하나)이고 호출 수가 cap을 지키는 규칙이 낼 수 있는 범위 안")
