@@ -14,10 +14,11 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from torch.autograd.profiler import profile
+from torch.autograd.profiler import profile, record_function
 
 PROC_IO = Path("/proc/self/io")
 BACKEND_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
+MARK_PREFIX = "labs:"  # mark()로 남긴 표시: 집합 통신과 같은 시계로 잰 시각
 # C++ type names the profiler reports for a work item's input, as torch dtype names.
 _PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64", "int": "int32",
                     "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool"}
@@ -40,8 +41,11 @@ def _quiet_stderr():
 class CollectiveCounter:
     """``with CollectiveCounter() as c: ...`` then ``c.counts == {"all_reduce": 1, ...}``.
 
-    ``items`` lists, in launch order, ``{"op": "broadcast", "numel": 16, "dtype": "float32"}``:
-    the element count and dtype of each work item's first input tensor, as the profiler saw it.
+    ``items`` lists, in launch order, ``{"op": "broadcast", "numel": 16, "dtype": "float32", ...}``:
+    the element count and dtype of each work item's first input tensor, as the profiler saw it, the
+    element counts of all its input tensors (``numels``: a coalesced call carries several) and its
+    launch time ``start_ns``. ``marks`` lists ``(name, ns)`` for each :func:`mark` made inside the
+    block, on the same clock.
     It uses the autograd profiler that ``torch.profiler.profile`` wraps: the same events, but it
     starts in milliseconds (``torch.profiler`` imports ``torch._inductor`` on first use).
     """
@@ -49,6 +53,7 @@ class CollectiveCounter:
     def __init__(self):
         self.counts: Counter[str] = Counter()
         self.items: list[dict] = []
+        self.marks: list[tuple[str, int]] = []
         self._prof = profile(use_cpu=True, record_shapes=True)
 
     def __enter__(self) -> "CollectiveCounter":
@@ -62,17 +67,15 @@ class CollectiveCounter:
         # The profiler's raw (kineto) events, not ``function_events``: that property turns every
         # recorded event (thousands per training step) into a Python object with its call tree,
         # which cost more than the training itself; only the process group's work items are needed.
-        events = [e for e in self._prof.kineto_results.events()
-                  if e.name().startswith(BACKEND_PREFIXES) and not e.is_hidden_event()]
-        for event in sorted(events, key=lambda e: e.start_ns()):
+        events = sorted((e for e in self._prof.kineto_results.events() if not e.is_hidden_event()),
+                        key=lambda e: e.start_ns())
+        self.marks = [(e.name(), e.start_ns()) for e in events if e.name().startswith(MARK_PREFIX)]
+        for event in (e for e in events if e.name().startswith(BACKEND_PREFIXES)):
             op = event.name().split(":", 1)[1]
             self.counts[op] += 1
-            shape = (event.shapes() or [[]])[0]
+            numels = [_numel(shape) for shape in event.shapes() or [[]]]
             dtypes = event.dtypes() or [""]
-            numel = 1
-            for size in shape:
-                numel *= size
-            self.items.append({"op": op, "numel": numel if shape else 0,
+            self.items.append({"op": op, "numel": numels[0], "numels": numels, "start_ns": event.start_ns(),
                                "dtype": _PROFILER_DTYPES.get(dtypes[0], dtypes[0])})
 
     @property
@@ -81,6 +84,19 @@ class CollectiveCounter:
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
+
+
+def _numel(shape: list) -> int:
+    numel = 1
+    for size in shape:
+        numel *= size
+    return numel if shape else 0
+
+
+def mark(name: str) -> None:
+    """A zero-length profiler event ``name`` (it must start with ``labs:``) that a counter's ``marks`` lists."""
+    with record_function(name):
+        pass
 
 
 def written_bytes() -> int | None:

@@ -1,150 +1,174 @@
 """Grade a reader's own DDP class on real ranks: ``python -m labs grade my_ddp.py`` or ``labs.grade(path)``.
 
-The file is checked once here, before any rank starts (it exists, compiles, defines the class, the
-class is an ``nn.Module`` built as ``cls(module)`` or ``cls(module, bucket_cap_mb)`` with a
-``finish_gradient_synchronization()`` method); a problem is a Korean :class:`GradeInputError`.
-Then the ``grade`` lab (:mod:`labs.lessons.grade`) runs the class on N real ranks, with a short
-time limit so that a deadlock ends in a named timeout, and :func:`report` explains each check.
+The file is checked once here from its syntax tree, before any rank starts (:mod:`labs.grading.source`:
+it exists, its path and size are sane, it parses, it defines the classes, their constructors take
+``(module)`` or ``(module, bucket_cap_mb)``); it is never executed in this process. The ``grade`` lab
+(:mod:`labs.lessons.grade`) then imports and runs it inside N real ranks under the time limit, and
+:func:`report` explains each check: an exception in the reader's code first, with its file and line.
 """
 
 from __future__ import annotations
 
-import difflib
-import inspect
+import json
 import sys
+import tempfile
 from pathlib import Path
 
-from torch import nn
-
 from . import launch
-from .errors import LabConfigError, LabError, LabTimeoutError, RankFailedError
-from .lessons.grade import CHECKS, load_class
+from .errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
+from .grading.judge import CHECKS
+from .grading.source import DEFAULT_CLASSES, GradeInputError, class_names, default_classes, exit_calls
+from .lessons.grade import REFERENCE
 from .registry import get_lab
 from .result import LabResult, _fmt
 
-DEFAULT_CLASSES = ("PerParameterDDP", "BucketedDDP")
+__all__ = ["DEFAULT_CLASSES", "GradeInputError", "diagnosis", "explain_error", "failed_checks", "grade", "main",
+           "report"]
+
 DEFAULT_TIMEOUT = 30.0
 
 # 확인 항목마다: 무엇을 보는지, 실패했을 때 가장 가능성 높은 원인, 고칠 곳
 HINTS = {
-    "broadcast_at_construction": ("생성할 때 랭크 0의 파라미터를 나눠 주기",
-                                  "생성자에서 파라미터(와 버퍼)를 랭크 0에서 브로드캐스트하지 않았습니다. 랭크마다 다른 초기값으로 "
-                                  "출발하면 같은 평균 그래디언트로도 복제본이 끝까지 다릅니다.",
-                                  "__init__: 모든 파라미터와 버퍼에 dist.broadcast(tensor, src=0)"),
-    "same_collectives_on_ranks": ("모든 랭크가 같은 All-Reduce를 같은 순서로",
-                                  "랭크마다 버킷 배치가 다릅니다(버킷 크기나 순서를 랭크에 따라 다르게 계산). 그대로 두면 "
-                                  "서로 다른 크기의 버퍼를 더하거나, 한 랭크가 오지 않을 호출을 기다리며 멈춥니다.",
+    "runs_without_error": ("채점 중 예외 없이 실행",
+                           "여러분의 코드가 예외를 냈습니다. 위의 파일:행이 그 자리입니다. 다른 확인은 이 예외 때문에 "
+                           "측정하지 못했거나 함께 실패했을 수 있습니다.",
+                           "예외가 난 줄"),
+    "same_collectives_on_ranks": ("모든 랭크가 같은 집합 통신을 같은 순서로",
+                                  "랭크마다 부르는 집합 통신이 다릅니다(버킷 크기나 순서를 랭크에 따라 다르게 계산했거나, 한 "
+                                  "랭크만 부르는 호출). 그대로 두면 서로 다른 크기의 버퍼를 더하거나, 한 랭크가 오지 않을 "
+                                  "호출을 기다리며 멈춥니다.",
                                   "__init__의 버킷 나누기: 랭크 번호, 난수, 역전파 순서처럼 랭크마다 다를 수 있는 값에 기대지 마세요"),
-    "hooks_after_accumulation": ("그래디언트 누적이 끝난 뒤의 훅",
-                                 "tensor.register_hook()의 훅은 그래디언트가 p.grad에 누적되기 전에 불립니다. 그때 p.grad는 "
-                                 "아직 이번 그래디언트가 아니고, 훅이 받은 텐서는 autograd가 따로 복사해 p.grad에 넣습니다.",
-                                 "훅 등록: p.register_post_accumulate_grad_hook(hook)을 쓰고, 훅 안에서 p.grad를 보내세요"),
-    "handles_waited": ("비동기 핸들을 모두 기다리기",
-                       "dist.all_reduce(..., async_op=True)가 돌려준 핸들을 기다리지 않았습니다(또는 비동기 호출이 없습니다). "
-                       "기다리지 않으면 합이 도착하기 전의 값을 나누고 옵티마이저가 씁니다. 결과가 실행마다 달라질 수 있습니다.",
-                       "finish_gradient_synchronization(): 모든 핸들에 .wait()를 부른 뒤 N으로 나누세요"),
-    "collectives_per_iteration": ("반복마다의 All-Reduce 횟수",
-                                  "All-Reduce 횟수가 기대와 다릅니다. 반복마다 늘어나면 훅을 반복마다 다시 걸고 있는 것이고, "
-                                  "버킷 수가 다르면 버킷을 나누는 규칙(역순으로 채우고 크기가 cap에 이르면 닫기)을 확인하세요.",
-                                  "훅은 __init__에서 한 번만 걸고, 버킷 나누기는 bucket_cap_mb 규칙대로"),
+    "broadcast_at_construction": ("생성할 때 랭크 0의 파라미터를 나눠 주기",
+                                  "생성자에서 파라미터를 랭크 0에서 브로드캐스트하지 않았습니다. 랭크마다 다른 초기값으로 "
+                                  "출발하면 같은 평균 그래디언트로도 복제본이 끝까지 다릅니다.",
+                                  "__init__: 모든 파라미터에 dist.broadcast(tensor, src=0)"),
+    "buffers_broadcast": ("생성할 때 랭크 0의 버퍼도 나눠 주기",
+                          "파라미터는 맞췄지만 버퍼(BatchNorm의 running_mean·running_var 등)를 브로드캐스트하지 않았습니다. "
+                          "평가 모드의 출력이 랭크마다 달라집니다. 위에 이름이 나온 버퍼입니다.",
+                          "__init__: module.buffers()도 dist.broadcast(buffer, src=0)"),
+    "handles_waited": ("돌아올 때 모든 통신이 끝나 있기",
+                       "finish_gradient_synchronization()이 돌아온 뒤에도 p.grad가 바뀌었습니다: 끝나지 않은 All-Reduce가 "
+                       "남아 있었습니다(핸들이나 퓨처를 기다리지 않음, 또는 .then()으로 이은 퓨처를 기다리지 않음). "
+                       "옵티마이저가 합이 도착하기 전의 값을 씁니다. 실행마다 결과가 달라지는 경쟁 상태입니다.",
+                       "finish_gradient_synchronization(): 모든 핸들(또는 마지막에 이은 퓨처)에 .wait()를 부른 뒤 돌아오세요"),
+    "grads_averaged": ("finish 직후 p.grad = 전역 배치의 평균 그래디언트", "", ""),
+    "reduced_during_backward": ("그래디언트가 준비되면 역전파 중에 통신 시작",
+                                "역전파가 끝난 뒤에야 All-Reduce를 시작했습니다. 훅이 불리지 않거나(걸지 않음, 잘못된 텐서에 "
+                                "걸음) 모든 통신을 finish_gradient_synchronization()에서 하고 있습니다.",
+                                "파라미터마다 p.register_post_accumulate_grad_hook(hook)처럼 그래디언트가 준비될 때 불리는 "
+                                "훅에서 All-Reduce를 시작하세요"),
+    "collectives_per_iteration": ("반복마다의 All-Reduce 배치",
+                                  "All-Reduce의 배치가 맞지 않습니다(측정값에 이유가 있습니다). 반복마다 호출이 늘어나면 훅을 "
+                                  "반복마다 다시 걸고 있는 것이고, 원소가 두 번 보내지면 같은 텐서를 두 버킷에 넣은 것입니다.",
+                                  "훅과 버킷은 __init__에서 한 번만 만들고, 버킷은 bytes(numel × element_size)로 cap과 비교"),
     "launch_order": ("역전파와 통신의 겹침",
                      "첫 All-Reduce가 모든 그래디언트가 준비된 뒤에야 시작했습니다. 버킷을 순전파 순서로 채우면 0번 버킷에 "
                      "맨 앞 층이 들어가는데, 그 그래디언트는 역전파의 맨 마지막에 나옵니다. 결과는 맞아도 겹침이 사라집니다.",
                      "버킷은 reversed(파라미터 목록) 순서로 채우고, 훅에서 버킷이 차는 즉시 시작하세요"),
     "frozen_untouched": ("얼린 파라미터는 통신도 변경도 없이",
-                         "requires_grad=False인 파라미터를 통신 대상에 넣었거나(훅을 걸 수 없어 오류가 나기도 합니다) 그 값을 바꿨습니다.",
+                         "requires_grad=False인 파라미터를 통신 대상에 넣었거나 그 값을 바꿨습니다.",
                          "통신할 파라미터 목록: [p for p in module.parameters() if p.requires_grad]"),
     "tied_reduced_once": ("공유 가중치는 한 번만",
                           "두 층이 공유하는 가중치를 두 번 보냈습니다. 층마다 파라미터를 모으면 같은 텐서가 두 번 나옵니다.",
                           "module.parameters()는 같은 텐서를 한 번만 냅니다: 층별 목록이나 named_parameters(remove_duplicate=False)를 쓰지 마세요"),
     "matches_oracles": ("torch DDP·단일 프로세스와 같은 결과",
-                        "여러 스텝 뒤 파라미터가 torch DDP, 전역 배치 단일 프로세스와 다릅니다. 가장 흔한 원인은 합을 N으로 "
-                        "나누지 않은 것입니다(SGD의 스텝이 N배). 위의 다른 실패가 있다면 그것부터 고치세요.",
+                        "여러 스텝 뒤 파라미터가 torch DDP, 전역 배치 단일 프로세스와 다릅니다. 위의 다른 실패가 있다면 그것부터 "
+                        "고치세요.",
                         "finish_gradient_synchronization(): 기다린 뒤 p.grad를 world_size로 나누기"),
 }
 
-
-class GradeInputError(LabConfigError):
-    """The file or class cannot be graded (Korean message, exit 2)."""
-
-
-def validate(path: str | Path, classes: list[str] | None = None) -> None:
-    """Check the file and classes once, before spawning (the ``grade`` lab's ``validate``)."""
-    file = Path(path)
-    if not file.is_file():
-        raise GradeInputError(f"채점할 파일이 없습니다: {str(path)!r}. 경로를 확인하세요 "
-                              "(노트북에서는 %%writefile로 먼저 파일을 만드세요).")
-    source = file.read_text(encoding="utf-8", errors="replace")
-    try:
-        compile(source, str(file), "exec")
-    except SyntaxError as err:
-        line = (err.text or "").rstrip()
-        raise GradeInputError(f"{file.name} {err.lineno}행에 문법 오류가 있습니다: {err.msg}\n    {line}\n"
-                              "이 줄을 고친 뒤 다시 채점하세요.") from None
-    names = list(classes) if classes else default_classes(file)
-    for name in names:
-        _check_class(file, name)
-
-
-def default_classes(path: str | Path) -> list[str]:
-    """The classes graded when none are named: those of ``DEFAULT_CLASSES`` the file defines."""
-    file = Path(path)
-    try:
-        found = _module_classes(file)
-    except (OSError, SyntaxError, ValueError):
-        return list(DEFAULT_CLASSES)  # 없는 파일, 문법 오류는 validate가 한국어 오류로 알린다
-    names = [n for n in DEFAULT_CLASSES if n in found]
-    if not names:
-        raise GradeInputError(f"{file.name}에 {' 또는 '.join(DEFAULT_CLASSES)} 클래스가 없습니다. "
-                              "채점할 클래스 이름을 --class NAME(파이썬: classes=[...])으로 알려 주세요.")
-    return names
+# grads_averaged가 실패했을 때 그래디언트가 무엇이었는지(labs.grading.judge.grad_cause)에 따른 원인과 고칠 곳
+GRAD_CAUSES = {
+    "missing": ("finish 뒤 p.grad가 None입니다: 그래디언트를 지웠거나 새 텐서로 바꿔 끼웠습니다.",
+                "p.grad를 None으로 두지 말고 평균을 p.grad에 제자리(in-place)로 쓰세요"),
+    "not_reduced": ("p.grad가 이 랭크 자신의 그래디언트 그대로입니다(또는 그것을 N으로 나눈 값): All-Reduce가 p.grad에 닿지 "
+                    "않았습니다. p.data(파라미터 값)를 보냈거나, register_hook이 받은 텐서처럼 p.grad가 아닌 텐서를 보냈거나, "
+                    "이 파라미터들에 훅이 없습니다.",
+                    "훅에서 p.grad를 All-Reduce하세요(p.register_post_accumulate_grad_hook). 위에 나온 파라미터가 일부뿐이면 "
+                    "그 파라미터들이 훅이나 버킷에서 빠졌습니다"),
+    "not_divided": ("p.grad가 평균의 N배입니다: All-Reduce는 합만 구하는데 N으로 나누지 않았습니다(SGD의 스텝이 N배).",
+                    "finish_gradient_synchronization(): 기다린 뒤 p.grad를 world_size로 나누기"),
+    "divided_twice": ("p.grad가 평균을 한 번 더 N으로 나눈 값입니다: 두 번 나눴습니다(보내기 전에 한 번, 받은 뒤에 한 번 등).",
+                      "나누기는 합을 받은 뒤 한 번만"),
+    "stale_handles": ("첫 반복은 맞고 그 뒤 반복에서 p.grad가 평균의 1/N^k입니다: 지난 반복의 핸들 목록을 비우지 않아 "
+                      "finish가 예전 항목까지 다시 나눕니다.",
+                      "finish_gradient_synchronization() 끝에서 핸들 목록을 비우세요(self.pending.clear())"),
+    "stale": ("p.grad가 지난 반복의 평균 그래디언트입니다: 버킷 버퍼에 이번 그래디언트를 복사하지 않았거나, 지난 반복의 결과를 "
+              "되돌려 썼습니다.",
+              "훅에서 이번 p.grad를 버퍼에 복사하고, 기다린 뒤 버퍼에서 p.grad로 되돌려 쓰세요"),
+    "wrong": ("p.grad가 평균 그래디언트와 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것, 지난 반복)과도 맞지 않습니다.",
+              "버퍼의 어느 조각이 어느 파라미터인지(순서, view 모양)를 확인하세요"),
+}
 
 
-def _check_class(file: Path, name: str) -> None:
-    try:
-        cls = load_class(str(file), name)
-    except AttributeError:
-        found = _module_classes(file)
-        close = difflib.get_close_matches(name, found, n=1)
-        hint = f" 혹시 '{close[0]}'인가요?" if close else ""
-        raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: "
-                              f"{', '.join(found) or '(없음)'}") from None
-    except Exception as err:
-        raise GradeInputError(f"{file.name}을(를) 불러오다가 오류가 났습니다: {type(err).__name__}: {err}") from None
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise GradeInputError(f"{name}은(는) torch.nn.Module을 상속한 클래스여야 합니다 "
-                              f"(class {name}(nn.Module): ...).")
-    if not callable(getattr(cls, "finish_gradient_synchronization", None)):
-        raise GradeInputError(f"{name}에 finish_gradient_synchronization(self) 메서드가 없습니다. "
-                              "backward() 뒤, optimizer.step() 전에 부를 이 메서드가 그래디언트 평균을 마무리합니다.")
-    params = list(inspect.signature(cls).parameters.values())
-    required = [p.name for p in params if p.default is inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD) \
-            or any(r not in (params[0].name, "bucket_cap_mb") for r in required):
-        shown = ", ".join(p.name for p in params)
-        raise GradeInputError(f"{name}의 생성자는 {name}(module) 또는 {name}(module, bucket_cap_mb)여야 합니다. "
-                              f"지금 받는 인자: ({shown})")
-
-
-def _module_classes(file: Path) -> list[str]:
-    import ast
-
-    tree = ast.parse(file.read_text(encoding="utf-8", errors="replace"))
-    return [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
-
-
-def grade(path: str | Path, classes: list[str] | None = None, nproc: int = 2, backend: str = "auto",
+def grade(path: str | Path, classes=None, nproc: int = 2, backend: str = "auto",
           timeout: float = DEFAULT_TIMEOUT, **params) -> LabResult:
-    """Run the checks on ``nproc`` real ranks; raise :class:`GradeInputError` for a bad file or class."""
-    names = list(classes) if classes else default_classes(path)
-    # 파일과 클래스는 grade 실습의 validate가 랭크를 띄우기 전에 한 번 검사한다
-    return launch.run("grade", nproc, backend, timeout, path=_absolute(path), classes=" ".join(names), **params)
+    """Run the checks on ``nproc`` real ranks; raise :class:`GradeInputError` for a bad file or class.
+
+    ``classes`` is a name, several names separated by spaces, or a list of names (repeats are dropped).
+    """
+    names = class_names(classes) or default_classes(path)
+    with tempfile.TemporaryDirectory(prefix="labs-grade-") as trace_dir:
+        try:
+            # 파일과 클래스는 grade 실습의 validate가 랭크를 띄우기 전에 구문 트리로 한 번 검사한다
+            result = launch.run("grade", nproc, backend, timeout, path=_absolute(path), classes=" ".join(names),
+                                trace_dir=trace_dir, **params)
+        except (RankCrashedError, LabTimeoutError) as err:
+            raise _explained(err, path, trace_dir) from None
+    if result.data["input_error"]:
+        raise GradeInputError(result.data["input_error"])
+    return result
 
 
 def _absolute(path: str | Path) -> str:
     # 랭크는 포크 서버의 작업 폴더에서 시작하므로, 상대 경로는 지금 폴더 기준의 절대 경로로 넘긴다
     return str(Path(path).absolute())
+
+
+def _rank_states(trace_dir: str) -> dict[int, dict]:
+    states = {}
+    for file in Path(trace_dir).glob("rank*.json"):
+        try:
+            states[int(file.stem[4:])] = json.loads(file.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            continue
+    return states
+
+
+def _place(frame: list) -> str:
+    file, line, fn, code = frame
+    return f"{Path(file).name} {line}행 {fn}()" + (f": {code.strip()}" if code.strip() else "")
+
+
+def _explained(err: LabError, path: str | Path, trace_dir: str) -> LabError:
+    """A dead or stuck rank in the reader's words: at import it is bad input (exit 2); later, a deadlock
+    report that names the reader's own frame first, then the grader's."""
+    states = _rank_states(trace_dir)
+    mine = Path(path).resolve()
+    name = Path(path).name
+    ranks = [err.rank] if isinstance(err, RankCrashedError) else err.missing_ranks
+    importing = [r for r in ranks if states.get(r, {}).get("phase") == "import"]
+    if importing:
+        r = importing[0]
+        frames = [f for f in states[r]["frames"] if Path(f[0]).resolve() == mine]
+        if isinstance(err, RankCrashedError):
+            lines = exit_calls(path)
+            where = f" {', '.join(f'{line}행' for line in lines)}의 프로세스를 끝내는 호출(os._exit 등)을 보세요." if lines else ""
+            return GradeInputError(f"{name}을(를) 불러오는(import) 동안 랭크 {r}의 프로세스가 끝났습니다(종료 코드 "
+                                   f"{err.exitcode}).{where} 파일 맨 위(함수와 클래스 밖)에서 프로세스를 끝내지 마세요.")
+        where = f" 마지막으로 본 곳: {_place(frames[-1])}." if frames else ""
+        return GradeInputError(f"{name}을(를) 불러오는(import) 동안 제한 시간 {err.timeout:g}초가 지났습니다: 파일 맨 위의 "
+                               f"코드가 끝나지 않습니다(무한 루프나 입력 기다리기).{where} 그 코드를 함수 안이나 "
+                               "if __name__ == \"__main__\": 아래로 옮기세요.")
+    err.places = {}
+    for r, state in states.items():
+        reader = [f for f in state["frames"] if Path(f[0]).resolve() == mine]
+        grader = [f for f in state["frames"] if "/labs/" in f[0] and Path(f[0]).resolve() != mine]
+        parts = ([f"여러분의 코드 {_place(reader[-1])}"] if reader else []) + \
+                ([f"채점기 {_place(grader[-1])}"] if grader else [])
+        if parts:
+            err.places[r] = " ← ".join(parts)
+    return err
 
 
 def diagnosis(result: LabResult, name: str) -> str | None:
@@ -157,7 +181,20 @@ def diagnosis(result: LabResult, name: str) -> str | None:
 
 
 def failed_checks(result: LabResult, name: str) -> set[str]:
-    return {c for c in CHECKS if not result.checks[f"{name}.{c}"].ok}
+    return {c for c in CHECKS if f"{name}.{c}" in result.checks and not result.checks[f"{name}.{c}"].ok}
+
+
+def cause_text(cls: dict, check: str) -> tuple[str, str]:
+    """Why the check most likely failed and where to look (for grads_averaged: what the gradients were)."""
+    cause = cls["grad_cause"]
+    if check == "grads_averaged" and cause:
+        if cause["cause"] == "not_reduced" and not cause["all"]:
+            return (f"이 파라미터들만 p.grad가 이 랭크 자신의 그래디언트 그대로입니다: {', '.join(cause['params'])}. "
+                    "나머지는 평균이 맞으므로, 이 파라미터들이 훅이나 버킷에서 빠졌습니다.",
+                    "훅을 거는 목록과 버킷에 넣는 목록이 학습하는 모든 파라미터를 담는지 보세요")
+        return GRAD_CAUSES[cause["cause"]]
+    _, why, where = HINTS[check]
+    return why, where
 
 
 def report(result: LabResult) -> str:
@@ -168,6 +205,9 @@ def report(result: LabResult) -> str:
         head = (f"채점: 클래스 {name}({'버킷' if cls['bucketed'] else '파라미터별'}) · "
                 f"랭크 N={result.world_size} ({result.backend})")
         lines += [head, "=" * len(head)]
+        cause = diagnosis(result, name)
+        if cause == "runs_without_error":  # 예외가 먼저: 읽는 사람의 파일과 줄이 맨 앞에 온다
+            lines.append(f"예외: {result.checks[f'{name}.runs_without_error'].value}")
         for check in CHECKS:
             c = result.checks[f"{name}.{check}"]
             mark = "해당 없음" if not c.applicable else ("통과" if c.ok else "실패")
@@ -182,11 +222,10 @@ def report(result: LabResult) -> str:
                 + f" (허용 {result.data['tolerance']:g})")
         for probe, text in cls["errors"].items():
             lines.append(f"실행 중 예외 ({probe} 검사): {text}")
-        cause = diagnosis(result, name)
         if cause is None:
             lines.append(f"결과: 확인 {len(CHECKS)}개 모두 통과했습니다. 실제 랭크에서 torch DDP와 같은 결과를 냅니다.")
         else:
-            _, why, where = HINTS[cause]
+            why, where = cause_text(cls, cause)
             lines += [f"결과: 확인 {len(CHECKS)}개 중 {len(failed_checks(result, name))}개 실패.",
                       f"가장 가능성 높은 원인 ({cause}): {why}", f"볼 곳: {where}"]
         lines.append("")
@@ -196,10 +235,15 @@ def report(result: LabResult) -> str:
 def explain_error(err: LabError, timeout: float) -> str:
     """A launcher error in the reader's words: a deadlock, or an exception outside the probes."""
     if isinstance(err, LabTimeoutError):
-        where = "".join(f"\n  - 랭크 {r}: {err.where.get(r, '위치를 읽지 못함')}" for r in err.missing_ranks)
+        places = getattr(err, "places", {})
+        where = "".join(f"\n  - 랭크 {r}: " + (f"{places[r]} — " if r in places else "")
+                        + err.where.get(r, "위치를 읽지 못함") for r in err.missing_ranks)
         return (f"채점이 제한 시간 {timeout:g}초 안에 끝나지 않아 모든 랭크를 멈췄습니다: 교착(deadlock)으로 보입니다."
-                f"{where}\n한 랭크만 부르는 집합 통신(예: 랭크 0에서만 barrier/all_reduce)이나, 랭크마다 횟수가 다른 "
-                "All-Reduce가 없는지 보세요. 느린 기계라면 --timeout을 늘리세요.")
+                f"{where}\n한 랭크만 부르는 집합 통신(예: 랭크 0에서만 barrier/all_reduce)이나, 끝나지 않는 반복문이 "
+                "없는지 보세요. 느린 기계라면 --timeout을 늘리세요.")
+    if isinstance(err, RankCrashedError):
+        return (f"채점 중 랭크 {err.rank}의 프로세스가 결과를 보내지 않고 끝났습니다(종료 코드 {err.exitcode}). "
+                "여러분의 코드에 os._exit()나 프로세스를 끝내는 호출이 없는지, 메모리가 모자라지 않은지 보세요.")
     if isinstance(err, RankFailedError):
         last = err.traceback_text.strip().splitlines()[-1]
         return f"랭크 {err.rank}에서 채점 중 예외가 났습니다: {last}"
@@ -207,17 +251,21 @@ def explain_error(err: LabError, timeout: float) -> str:
 
 
 def main(args) -> int:
-    """``python -m labs grade PATH [--class NAME] [--nproc N] [--timeout S]``; returns the exit code."""
+    """``python -m labs grade [PATH] [--class NAME] [--nproc N] [--timeout S]``; returns the exit code
+    (without a path: the reference ``labs/miniddp.py``)."""
+    path = getattr(args, "path", None) or str(REFERENCE)
     try:
         params = dict(get_lab("grade").parse_params(args.param))
         if launch.in_torchrun():  # torchrun이 띄운 랭크 하나로 실행: 랭크 0이 모두의 결과를 보고한다
-            names = args.classes or default_classes(args.path)
-            result = launch.run_in_place("grade", args.backend, args.timeout, path=_absolute(args.path),
+            names = class_names(args.classes) or default_classes(path)
+            result = launch.run_in_place("grade", args.backend, args.timeout, path=_absolute(path),
                                          classes=" ".join(names), **params)
             if result is None:
                 return 0
+            if result.data["input_error"]:
+                raise GradeInputError(result.data["input_error"])
         else:
-            result = grade(args.path, args.classes or None, args.nproc, args.backend, args.timeout, **params)
+            result = grade(path, args.classes or None, args.nproc, args.backend, args.timeout, **params)
     except LabConfigError as err:
         print(f"오류: {err}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ it (the first failing check in the grader's order is its diagnosis).
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 from torch import nn
 
@@ -29,6 +30,15 @@ class NoBroadcast(BucketedDDP):
 
     def _broadcast_from_rank0(self) -> None:
         pass
+
+
+class NoBufferBroadcast(BucketedDDP):
+    """Broadcasts the parameters but not the buffers: BatchNorm's running statistics stay per rank."""
+
+    def _broadcast_from_rank0(self) -> None:
+        with torch.no_grad():
+            for p in self.module.parameters():
+                dist.broadcast(p, src=0)
 
 
 class HookBeforeAccumulation(PerParameterDDP):
@@ -94,12 +104,13 @@ class RankDependentLayout(BucketedDDP):
 
 # 버그 이름 -> 그것을 잡아야 하는 채점 확인 항목(진단)
 BUGS = {
-    "NoDivision": "matches_oracles",
+    "NoDivision": "grads_averaged",
     "NoBroadcast": "broadcast_at_construction",
-    "HookBeforeAccumulation": "hooks_after_accumulation",
+    "NoBufferBroadcast": "buffers_broadcast",
+    "HookBeforeAccumulation": "grads_averaged",
     "NoWait": "handles_waited",
     "HooksEveryIteration": "collectives_per_iteration",
-    "FrozenCommunicated": "frozen_untouched",
+    "FrozenCommunicated": "runs_without_error",
     "TiedReducedTwice": "tied_reduced_once",
     "ForwardOrderBuckets": "launch_order",
     "RankDependentLayout": "same_collectives_on_ranks",

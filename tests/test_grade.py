@@ -75,19 +75,23 @@ def test_bad_grade_parameter(tmp_path):
 
 def test_deadlock_ends_in_a_named_timeout(tmp_path, no_leftover_children):
     path = write(tmp_path, """\
+        import torch
         import torch.distributed as dist
         from labs.miniddp import PerParameterDDP as Reference
 
         class PerParameterDDP(Reference):
             def finish_gradient_synchronization(self):
                 if dist.get_rank() == 0:
-                    dist.barrier()  # only rank 0 calls it: the others never come
+                    dist.recv(torch.zeros(1), src=1)  # only rank 0 waits: nobody ever sends
                 super().finish_gradient_synchronization()
         """)
     started = time.monotonic()
     proc = grade_cli(path, "--timeout", "10")
     assert_korean_error(proc, EXIT_LAB_ERROR, "제한 시간 10초", "교착", "랭크 0", "랭크 1")
     assert time.monotonic() - started < 120
+    # 멈춘 랭크 0의 보고: 여러분의 코드(recv를 부른 줄)가 먼저, 그다음 채점기의 자리
+    stuck = next(line for line in proc.stderr.splitlines() if line.startswith("  - 랭크 0"))
+    assert stuck.index("여러분의 코드 my_ddp.py 8행") < stuck.index("채점기"), stuck
     no_leftover_children()
 
 
@@ -101,5 +105,5 @@ def test_reference_passes_every_check():
 def test_a_bug_gets_its_diagnosis_and_exit_1():
     proc = grade_cli("labs/miniddp_bugs.py", "--class", "NoDivision")
     assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
-    assert "가장 가능성 높은 원인 (matches_oracles)" in proc.stdout
+    assert "가장 가능성 높은 원인 (grads_averaged)" in proc.stdout and "N으로 나누지 않았습니다" in proc.stdout
     assert "[실패] torch DDP·단일 프로세스와 같은 결과 (matches_oracles)" in proc.stdout

@@ -19,10 +19,12 @@ from labs.miniddp_bugs import BUGS
 pytestmark = pytest.mark.timeout(300)
 
 REFERENCE = "PerParameterDDP BucketedDDP"
-# 진단(첫 실패) 말고도 실패할 수 있는 확인: 결과가 경쟁 상태(race)에 달린 버그는 값 비교가 실행마다 다르고,
-# 훅이 새는 버그는 두 번째 반복부터 원소 수도 늘어난다
-ALSO = {"HookBeforeAccumulation": {"matches_oracles"}, "NoWait": {"matches_oracles"},
-        "HooksEveryIteration": {"frozen_untouched", "tied_reduced_once", "matches_oracles"}}
+# 진단(첫 실패) 말고도 실패할 수 있는 확인: 그래디언트가 틀리면 여러 스텝 뒤의 값도 틀리고, 결과가 경쟁 상태(race)에
+# 달린 버그는 finish 직후의 그래디언트도 실행마다 다르고, 훅이 새는 버그는 두 번째 반복부터 모든 모델에서 원소 수가 늘어난다.
+# 브로드캐스트를 통째로 빠뜨리면 버퍼도 랭크마다 다르다
+ALSO = {"NoDivision": {"matches_oracles"}, "HookBeforeAccumulation": {"matches_oracles"},
+        "NoWait": {"grads_averaged", "matches_oracles"}, "NoBroadcast": {"buffers_broadcast"},
+        "HooksEveryIteration": {"frozen_untouched", "tied_reduced_once", "grads_averaged", "matches_oracles"}}
 
 
 @pytest.mark.parametrize("nproc", [1, 2, 3, 4])
@@ -34,14 +36,14 @@ def test_reference_matches_torch_ddp_and_single_process(nproc):
             assert diffs["ddp"] <= 1e-5 and diffs["single"] <= 1e-5, (nproc, cls["name"], opt, diffs)
     # the oracles are independent: a single process trained on the global batch
     counts = {c["name"]: result.checks[f"{c['name']}.collectives_per_iteration"].value for c in result.data["classes"]}
-    assert counts["PerParameterDDP"] == [12] * 3 and counts["BucketedDDP"] == [3] * 3
+    assert "호출 수 [12, 12, 12]" in counts["PerParameterDDP"] and "호출 수 [3, 3, 3]" in counts["BucketedDDP"], counts
 
 
 def test_bucket_cap_smaller_than_one_parameter_gives_one_bucket_each():
     result = labs.run("grade", nproc=2, timeout=240, path="labs/miniddp.py", classes="BucketedDDP",
                       bucket_cap_mb=1e-6, steps=2)
     result.assert_ok()
-    assert result.checks["BucketedDDP.collectives_per_iteration"].value == [12, 12]
+    assert "호출 수 [12, 12]" in result.checks["BucketedDDP.collectives_per_iteration"].value
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,8 @@ def gallery():
     return labs.run("grade", nproc=2, timeout=240, path="labs/miniddp_bugs.py", classes=" ".join(BUGS))
 
 
-def test_gallery_has_at_least_seven_bugs():
-    assert len(BUGS) >= 7 and set(BUGS.values()) <= set(CHECKS)
+def test_gallery_has_at_least_ten_bugs():
+    assert len(BUGS) >= 10 and set(BUGS.values()) <= set(CHECKS)
 
 
 @pytest.mark.parametrize("bug", list(BUGS))
@@ -69,7 +71,7 @@ def test_layout_disagreement_is_named_not_a_hang(gallery):
     cls = next(c for c in gallery.data["classes"] if c["name"] == "RankDependentLayout")
     assert "랭크 0" in cls["mismatch"] and "랭크 1" in cls["mismatch"]
     skipped = [c for c in CHECKS if not gallery.checks[f"RankDependentLayout.{c}"].applicable]
-    assert skipped == list(CHECKS[2:])
+    assert skipped == [c for c in CHECKS if c not in ("runs_without_error", "same_collectives_on_ranks")]
 
 
 def test_frozen_bug_reports_the_error_with_the_readers_line(gallery):
