@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="벤치마크 인자 (여러 번 가능), 예: sizes='4K 1M 64M', repeats=10, caps_mb='0.1 25'")
     bench.add_argument("--json", action="store_true", help="모든 결과를 JSON 한 객체로 출력")
     grade = sub.add_parser("grade", help="직접 만든 DDP 클래스(9장)를 실제 랭크에서 채점 (torch DDP·단일 프로세스와 비교)")
-    grade.add_argument("path", help="채점할 파이썬 파일 (예: my_ddp.py, 참조 구현은 labs/miniddp.py)")
+    grade.add_argument("path", nargs="?", default=None,
+                       help="채점할 파이썬 파일 (예: my_ddp.py; 비우면 참조 구현 labs/miniddp.py)")
     grade.add_argument("--class", dest="classes", action="append", default=[], metavar="NAME",
                        help="채점할 클래스 (여러 번 가능; 기본: 파일에 있는 PerParameterDDP, BucketedDDP)")
     grade.add_argument("--nproc", type=int, default=2, help="랭크 수 N (기본 2; torchrun 아래에서는 무시)")
@@ -91,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.params:
                 print("".join(f"    --param {line}\n" for line in describe(lab.params)), end="")
         return EXIT_OK
-    if args.command == "grade":
-        from . import grader
-
-        return grader.main(args)
     try:
+        if args.command == "grade":  # grader.main reports its own input and rank errors
+            from . import grader
+
+            return grader.main(args)
         if args.command == "bench":
             return run_bench(args)
         params = get_lab(args.lab).parse_params(args.param)

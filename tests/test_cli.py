@@ -235,3 +235,11 @@ def test_stale_torchrun_variables_do_not_fool_the_cli(tmp_path, stale):
     assert "무시" in lines[0] and "unset" in lines[0]
     for key in leftovers:
         assert key in lines[0], (key, lines[0])
+
+
+def test_grade_without_a_path_grades_the_reference():
+    """`python -m labs grade` (no file) grades labs/miniddp.py, as its help says."""
+    proc = labs_cli("grade", timeout=240)
+    assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
+    assert "클래스 PerParameterDDP" in proc.stdout and "클래스 BucketedDDP" in proc.stdout
+    assert proc.stdout.count("모두 통과했습니다") == 2, proc.stdout[-2000:]

@@ -356,19 +356,19 @@ def _temp_left(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.iterdir() if not p.name.startswith(_TORCH_CACHE))
 
 
-def _start_hanging_launcher(tmp: Path) -> subprocess.Popen:
-    """`python -m labs run faults --param mode=hang` in a session of its own, TMPDIR=``tmp``; returns
-    once all six processes are up and every rank has reached the hang (its stack pipe is idle)."""
+def _start_hanging_launcher(tmp: Path, args=HANG, nranks: int = 3) -> subprocess.Popen:
+    """`python -m labs run faults --param mode=hang` (or ``args``) in a session of its own, TMPDIR=``tmp``;
+    returns once every process is up and every rank has reached the hang (its stack pipe is idle)."""
     env = clean_env(TMPDIR=str(tmp))
-    launcher = subprocess.Popen([sys.executable, "-m", "labs", *HANG], env=env, stdout=subprocess.PIPE,
+    launcher = subprocess.Popen([sys.executable, "-m", "labs", *args], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while True:
         procs = _session(launcher.pid)
         ranks = [p for p in procs if p.pid != launcher.pid and "forkserver" in " ".join(p.cmdline())
                  and p.ppid() != launcher.pid]
-        # launcher + fork server + resource tracker + 3 ranks, all idle (past import and setup)
-        if len(procs) == 6 and len(ranks) == 3 and _idle(ranks):
+        # launcher + fork server + resource tracker + the ranks, all idle (past import and setup)
+        if len(procs) == 3 + nranks and len(ranks) == nranks and _idle(ranks):
             return launcher
         assert launcher.poll() is None, launcher.communicate()
         assert time.monotonic() < deadline, f"런처와 랭크가 120초 안에 모두 뜨지 않았습니다: {describe(procs)}"
@@ -424,6 +424,45 @@ def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how,
         assert len(lines) == 1 and has_hangul(lines[0]) and "중단" in lines[0], err[-3000:]
         assert "Traceback" not in err and "leaked" not in err
         assert out == ""
+
+
+HANGING_DDP = """import torch.distributed as dist
+from torch import nn
+
+
+class BucketedDDP(nn.Module):
+    def __init__(self, module, bucket_cap_mb=25):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args):
+        return self.module(*args)
+
+    def finish_gradient_synchronization(self):
+        dist.recv(next(self.module.parameters()).detach().clone(), src=(dist.get_rank() + 1) % 2)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_grade_ended_by_sigterm_says_so_in_one_korean_line(tmp_path):
+    """The grader goes through the CLI's handler too: SIGTERM while the reader's class hangs ends in
+    143 and one Korean line, nothing left (before, grade skipped the handler: 143 and no word)."""
+    reader = tmp_path / "hangs.py"
+    reader.write_text(HANGING_DDP, encoding="utf-8")
+    launcher = _start_hanging_launcher(tmp_path, ("grade", str(reader), "--timeout", "200"), nranks=2)
+    sid = launcher.pid
+    try:
+        os.kill(sid, signal.SIGTERM)
+        out, err = launcher.communicate(timeout=60)
+        left = _wait_gone(sid, 15)
+    finally:
+        for p in _session(sid):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    assert not left, describe(left)
+    assert launcher.returncode == 143, (launcher.returncode, err[-2000:])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "중단" in lines[0] and has_hangul(lines[0]), err[-3000:]
 
 
 # ----------------------------------------------------------------------------- a script without the main guard
