@@ -619,7 +619,7 @@ def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TI
     debug = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
     key = {"trap": trap, "variant": variant, "debug": debug, **params}
     backend = resolve_backend("auto", nproc)
-    recorded = replay.load("traps-outcome", nproc, backend, key, timeout)
+    recorded = replay.load("traps-outcome", nproc, backend, key, timeout, check=_check_recorded_outcome)
     if recorded is not None:
         return outcome_result(trap, variant, nproc, recorded["outcome"], {"trap": trap, "variant": variant, **params})
     started = time.perf_counter()
@@ -641,6 +641,16 @@ def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TI
     outcome["debug"] = debug
     replay.save("traps-outcome", nproc, backend, key, timeout, {"outcome": outcome})
     return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
+
+
+def _check_recorded_outcome(recorded) -> None:
+    """What :func:`observe` records: ``{"outcome": {"kind": ..., ...}}`` (labs/replay.py skips anything else)."""
+    from .. import replay
+
+    outcome = recorded.get("outcome") if isinstance(recorded, dict) else None
+    if not (isinstance(outcome, dict) and outcome.get("kind") in ("ok", "hang", "error", "crash")
+            and isinstance(outcome.get("stderr"), str)):
+        raise replay.InvalidRecord("함정의 결과(종류·표준 오류)가 아님")
 
 
 def _rank_stderr(folder: Path) -> str:
