@@ -125,37 +125,47 @@ def checkpoint_folder(cfg: TrainConfig, ctx: RankContext) -> Iterator[Path | Non
     """The checkpoint's path for the whole run, the folder held by rank 0 (a lock on the folder itself,
     released when the run ends or its process dies, so nothing is left behind).
 
-    Rank 0 refuses a folder another run holds or one with another configuration's checkpoint
-    (:class:`CheckpointFolderError`), drops the old checkpoint when ``cfg.fresh``, and records this
-    run's configuration; every rank waits at a barrier until that is done.
+    Rank 0 refuses a folder another run holds or one with another configuration's checkpoint, drops
+    the old checkpoint when ``cfg.fresh`` and records this run's configuration, then tells every rank
+    (one broadcast); on a refusal every rank raises :class:`CheckpointFolderError` before training.
     """
     if not cfg.ckpt_dir:
         yield None
         return
     folder = Path(cfg.ckpt_dir)
-    fd = None
+    fd, refusal = None, None
     try:
         if ctx.rank == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(folder, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise CheckpointFolderError(busy_message(folder)) from None
-            conflict = config_conflict(cfg, ctx.world_size)
-            if conflict:
-                raise CheckpointFolderError(conflict)
-            if cfg.fresh:
-                (folder / CHECKPOINT_NAME).unlink(missing_ok=True)
-            tmp = folder / (CONFIG_NAME + ".tmp")
-            tmp.write_text(json.dumps(run_config(cfg, ctx.world_size), indent=1), encoding="utf-8")
-            os.replace(tmp, folder / CONFIG_NAME)
-        # 랭크 0이 폴더를 잡고 설정을 적을 때까지 기다린다: 그 전에 옛 체크포인트를 읽지 않게
-        dist.barrier()
+            fd, refusal = _take_folder(cfg, ctx.world_size)
+        # 랭크 0이 폴더를 잡고 설정을 적을 때까지 모두 기다린다: 그 전에 옛 체크포인트를 읽지 않게
+        refused = torch.tensor([float(refusal is not None)], device=ctx.device)
+        dist.broadcast(refused, src=0)
+        if refused.item():
+            raise CheckpointFolderError(refusal or f"랭크 0이 체크포인트 폴더 {folder}를 쓸 수 없다고 알렸습니다.")
         yield folder / CHECKPOINT_NAME
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _take_folder(cfg: TrainConfig, world_size: int) -> tuple[int, str | None]:
+    """Rank 0's part of :func:`checkpoint_folder`: (the folder's locked descriptor, why it is refused or None)."""
+    folder = Path(cfg.ckpt_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return fd, busy_message(folder)
+    conflict = config_conflict(cfg, world_size)
+    if conflict:
+        return fd, conflict
+    if cfg.fresh:
+        (folder / CHECKPOINT_NAME).unlink(missing_ok=True)
+    tmp = folder / (CONFIG_NAME + ".tmp")
+    tmp.write_text(json.dumps(run_config(cfg, world_size), indent=1), encoding="utf-8")
+    os.replace(tmp, folder / CONFIG_NAME)
+    return fd, None
 
 
 def init_distributed() -> RankContext:
@@ -309,37 +319,31 @@ def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set
     # ② 랭크마다 겹치지 않는 1/N을 B/N개씩
     sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank,
                                   pin_memory=ctx.device.type == "cuda")
-    with checkpoint_folder(cfg, ctx) as ckpt:
-        return _train_epochs(cfg, ctx, model, optimizer, sampler, loader, test_set, ckpt, on_epoch_end)
-
-
-def _train_epochs(cfg: TrainConfig, ctx: RankContext, model: DDP, optimizer: torch.optim.Optimizer,
-                  sampler: DistributedSampler, loader: DataLoader, test_set: TensorDataset, ckpt: Path | None,
-                  on_epoch_end: Callable[[int, DistributedSampler], None] | None) -> tuple[DDP, list[dict], int]:
-    start, history = load_checkpoint(ckpt, model, optimizer, ctx) if ckpt else (0, [])
-    if start:
-        log(ctx, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")
-    # 진행 막대도 랭크 0만
-    epochs = tqdm(range(start, cfg.epochs), initial=start, total=cfg.epochs, desc="에폭",
-                  disable=not (ctx.rank == 0 and cfg.progress))
-    for epoch in epochs:
-        # 섞는 순서 = randperm(seed + epoch): 에폭마다 다르고, 재시작해도 같다
-        sampler.set_epoch(epoch)
-        faulty = cfg.fail_at_epoch == epoch + 1 and ctx.rank == ctx.world_size - 1
-        batches = fail_midway(loader, epoch + 1, ctx) if faulty else loader
-        # ③–⑥
-        loss_sum, count = train_one_epoch(model, batches, optimizer, ctx.device)
-        correct, total = evaluate(model.module, test_set, ctx)
-        loss = global_mean(loss_sum, count, ctx.device)
-        history.append({"epoch": epoch + 1, "loss": loss, "correct": correct, "total": total})
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, sampler)
-        if ckpt:
-            save_checkpoint(ckpt, model, optimizer, epoch + 1, history, ctx)
-        epochs.set_postfix(loss=f"{loss:.4f}", acc=f"{correct / total:.1%}")
-        log(ctx, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
-                      f"테스트 정확도 {correct / total:.1%} ({correct}/{total})")
-    return model, history, start
+    with checkpoint_folder(cfg, ctx) as ckpt:  # 랭크 0이 폴더를 잡는다: 다른 실행·다른 설정의 폴더는 거절
+        start, history = load_checkpoint(ckpt, model, optimizer, ctx) if ckpt else (0, [])
+        if start:
+            log(ctx, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")
+        # 진행 막대도 랭크 0만
+        epochs = tqdm(range(start, cfg.epochs), initial=start, total=cfg.epochs, desc="에폭",
+                      disable=not (ctx.rank == 0 and cfg.progress))
+        for epoch in epochs:
+            # 섞는 순서 = randperm(seed + epoch): 에폭마다 다르고, 재시작해도 같다
+            sampler.set_epoch(epoch)
+            faulty = cfg.fail_at_epoch == epoch + 1 and ctx.rank == ctx.world_size - 1
+            batches = fail_midway(loader, epoch + 1, ctx) if faulty else loader
+            # ③–⑥
+            loss_sum, count = train_one_epoch(model, batches, optimizer, ctx.device)
+            correct, total = evaluate(model.module, test_set, ctx)
+            loss = global_mean(loss_sum, count, ctx.device)
+            history.append({"epoch": epoch + 1, "loss": loss, "correct": correct, "total": total})
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, sampler)
+            if ckpt:
+                save_checkpoint(ckpt, model, optimizer, epoch + 1, history, ctx)
+            epochs.set_postfix(loss=f"{loss:.4f}", acc=f"{correct / total:.1%}")
+            log(ctx, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
+                          f"테스트 정확도 {correct / total:.1%} ({correct}/{total})")
+        return model, history, start
 
 def run_summary(model: DDP, history: list[dict], start: int, ctx: RankContext) -> dict:
     """What a run ended with, as plain data: compared across runs (uninterrupted vs resumed)."""
@@ -378,28 +382,13 @@ def read_result(output: str) -> dict:
     return json.loads(lines[0][len(RESULT_PREFIX):])
 
 
-def refuse_folder(cfg: TrainConfig, ctx: RankContext) -> bool:
-    """Rank 0 looks at the checkpoint folder and tells every rank; a folder it may not use ends the job
-    before training, its Korean reason on rank 0's standard error."""
-    conflict = folder_conflict(cfg, ctx.world_size) if ctx.rank == 0 else None
-    refused = torch.tensor([float(conflict is not None)], device=ctx.device)
-    dist.broadcast(refused, src=0)
-    if conflict:
-        print(conflict, file=sys.stderr)
-    return bool(refused.item())
-
-
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     ctx = init_distributed()
     # torchrun이 랭크들을 다시 띄울 때마다 1씩 늘린다
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restarts > 0:
-        cfg.fail_at_epoch = 0  # 주입한 고장은 첫 시도에서만 일어난다
-        cfg.fresh = False      # 첫 시도가 옛 체크포인트를 이미 지웠다: 재시작은 첫 시도의 체크포인트에서 잇는다
-    if cfg.ckpt_dir and refuse_folder(cfg, ctx):
-        dist.destroy_process_group()
-        return 2
+        cfg.fail_at_epoch, cfg.fresh = 0, False  # 주입한 고장과 새로 시작(--fresh)은 첫 시도에서만
     try:
         log(ctx, cfg, f"시작: 월드 크기 {ctx.world_size} · 장치 {ctx.device} · "
                       f"랭크당 배치 {per_rank_batch(cfg, ctx.world_size)} · 재시작 횟수 {restarts}")
@@ -408,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         if ctx.rank == 0:
             summary = {**run_summary(model, history, start, ctx), "restarts": restarts}
             print(RESULT_PREFIX + json.dumps(summary), flush=True)
+    except CheckpointFolderError as err:  # 쓸 수 없는 체크포인트 폴더: 학습하지 않고 잘못된 입력(2)으로 끝난다
+        if ctx.rank == 0:
+            print(err, file=sys.stderr)
+        return 2
     finally:
         dist.destroy_process_group()
     return 0

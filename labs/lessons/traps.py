@@ -539,6 +539,9 @@ KEYS = frozenset({"trap", "variant", "measured"})  # 함정마다 재는 것이 
 
 
 def validate(params: dict, world_size: int) -> None:
+    if world_size < 2 and params["variant"] == "bug" and (params["trap"], "bug") in EXPECTED:
+        raise LabConfigError(f"함정 {params['trap']}은(는) 랭크가 둘 이상일 때만 일어납니다(랭크가 하나면 어긋날 다른 랭크가 "
+                             "없다). nproc=2 이상으로 실행하세요.")
     if params["trap"] in ("set_epoch", "lr_scaling") and params["samples"] < world_size * params["per_rank_batch"]:
         raise LabConfigError(f"samples={params['samples']}이(가) 한 스텝의 전역 배치 N·(B/N) = "
                              f"{world_size * params['per_rank_batch']}보다 작습니다. samples를 늘리거나 per_rank_batch를 줄이세요.")
