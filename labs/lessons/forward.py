@@ -315,7 +315,7 @@ LAB = Lab(
     chapter=2,
     params={"per_rank_batch": Int(8, min=2, max=1024, help="랭크당 배치 B/N (BatchNorm이 학습 중 채널마다 값 2개 이상을 요구)"),
             "iterations": Int(4, min=2, max=50, help="반복 수 (버킷 재구성을 보려면 2 이상)"),
-            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "lr": Float(0.1, min=0.0, max=1.0, min_open=True, help="학습률 η (1보다 크면 발산할 수 있다)"),
             "seed": seed(), "data_seed": seed()},
     record_keys=DESCRIBE_KEYS | {"variants", "buffers", "n_params", "wide_backward", "legacy", "syncbn_skipped"},
     data_keys=frozenset({"losses", "mean_losses", "global_losses", "counts", "items", "buffers", "n_params",
