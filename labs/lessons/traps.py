@@ -539,6 +539,9 @@ KEYS = frozenset({"trap", "variant", "measured"})  # 함정마다 재는 것이 
 
 
 def validate(params: dict, world_size: int) -> None:
+    if params["trap"] == "eval_rank0" and params["per_rank_batch"] < 2:
+        raise LabConfigError("함정 eval_rank0의 모델은 BatchNorm을 쓰므로 학습 중 랭크마다 샘플이 2개 이상이어야 합니다. "
+                             "per_rank_batch=2 이상으로 실행하세요.")
     if world_size < 2 and params["variant"] == "bug" and (params["trap"], "bug") in EXPECTED:
         raise LabConfigError(f"함정 {params['trap']}은(는) 랭크가 둘 이상일 때만 일어납니다(랭크가 하나면 어긋날 다른 랭크가 "
                              "없다). nproc=2 이상으로 실행하세요.")
@@ -565,7 +568,7 @@ LAB = Lab(
             "epochs": Int(3, min=2, max=50, help="set_epoch, lr_scaling: 에폭 수"),
             "samples": Int(64, min=8, max=4096, help="set_epoch, lr_scaling: 데이터셋 크기"),
             "warmup_steps": Int(4, min=1, max=1000, help="lr_scaling: 워밍업 스텝 수"),
-            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "lr": Float(0.1, min=0.0, max=1.0, min_open=True, help="학습률 η (10이면 eval_rank0·partial_collective가 발산한다)"),
             "seed": seed(),
             "stderr_dir": Folder("", help="비어 있지 않으면 랭크마다 표준 오류를 이 폴더의 rankN.txt에 쓴다(observe가 씀)")},
 )
