@@ -436,7 +436,7 @@ def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
                           "학습 뒤 복제본이 모든 랭크에서 같다(최대 절대 차이)")]
     if n == 1:
         checks.append(not_applicable("final_loss_vs_single", "N=1이면 기준과 같은 학습이라 비교할 것이 없다"))
-    elif variant == "bug" and baseline[max(1, p["epochs"] // n)] < 1.5 * baseline[-1]:
+    elif baseline[max(1, p["epochs"] // n)] < 1.5 * baseline[-1]:
         # 같은 η, N배 적은 스텝: 에폭 E 뒤의 DDP는 한 프로세스의 에폭 E/N 무렵과 같아야 한다. 한 프로세스가 그 뒤로
         # 손실을 1.5배 넘게 줄이지 못하면(이미 수렴했거나 η가 너무 작다) 스텝 수의 차이가 손실에 드러나지 않는다
         checks.append(not_applicable("final_loss_vs_single",
@@ -557,9 +557,17 @@ def validate(params: dict, world_size: int) -> None:
         raise LabConfigError(f"함정 lr_scaling은 N·η ≤ 0.6에서만 잴 수 있습니다(받은 값: N={world_size}, η={params['lr']:g}). "
                              "고친 쪽은 η를 N배로 키우므로 N·η가 1이면 한 프로세스와 손실이 15 % 넘게 달라진다(N=2에서 잰 값). "
                              f"lr={0.6 / world_size:g} 이하로 실행하세요.")
+    steps = params["epochs"] * (params["samples"] // (world_size * params["per_rank_batch"]))
+    if params["trap"] == "lr_scaling" and params["warmup_steps"] > steps // 2:
+        raise LabConfigError(f"함정 lr_scaling의 warmup_steps({params['warmup_steps']})가 학습 스텝 {steps}개의 절반보다 "
+                             "많습니다: 고친 쪽이 키운 η로 학습할 스텝이 모자라 두 학습을 비교할 수 없습니다. "
+                             f"warmup_steps={max(1, steps // 2)} 이하로 하거나 epochs·samples를 늘리세요.")
     if params["trap"] == "eval_rank0" and params["per_rank_batch"] < 2:
         raise LabConfigError("함정 eval_rank0의 모델은 BatchNorm을 쓰므로 학습 중 랭크마다 샘플이 2개 이상이어야 합니다. "
                              "per_rank_batch=2 이상으로 실행하세요.")
+    if params["trap"] == "lr_scaling" and params["per_rank_batch"] < 2:
+        raise LabConfigError("함정 lr_scaling은 per_rank_batch=2 이상에서만 잴 수 있습니다: 샘플 하나짜리 배치는 잡음이 커서 "
+                             "η를 N배로 키우는 규칙이 맞지 않는다(N=2에서 잰 손실 비율 1.19, 허용 1±0.15).")
     if world_size < 2 and params["variant"] == "bug" and (params["trap"], "bug") in EXPECTED:
         raise LabConfigError(f"함정 {params['trap']}은(는) 랭크가 둘 이상일 때만 일어납니다(랭크가 하나면 어긋날 다른 랭크가 "
                              "없다). nproc=2 이상으로 실행하세요.")
