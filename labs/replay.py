@@ -166,6 +166,12 @@ def _read(path: Path | None, name: str, nproc: int | None, check: Callable[[Any]
     except InvalidRecord as err:
         _note(path, str(err))
         return None
+    except RecursionError:
+        _note(path, "너무 깊이 중첩된 값")
+        return None
+    except OSError as err:
+        _note(path, f"읽을 수 없음: {err.strerror}")
+        return None
     return outcome
 
 

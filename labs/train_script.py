@@ -8,7 +8,9 @@ It follows the six steps of DDP training: (1) replicate the model, (2) give ever
 mini-batches, (3) forward, (4) backward, (5) gradient All-Reduce (inside backward), (6) update.
 Rank 0 logs, shows the progress bar and writes checkpoints; a restarted job resumes from the last
 checkpoint and ends with the same parameters as an uninterrupted one, because the data order
-depends only on (seed, epoch).
+depends only on (seed, epoch). The folder records the configuration its checkpoint was trained with
+(``run_config.json``): another configuration is refused (exit 2) unless ``--fresh``, and while a run
+holds the folder a second run is refused.
 
 The functions are importable: the ``train`` lab of chapter 6 runs this same code on spawned ranks.
 """

@@ -159,7 +159,7 @@ def test_every_default_satisfies_its_own_spec():
 
 # The other parameters of a walk run: the cheapest values that keep every claim measurable, at N=2.
 CHEAP = {"miniddp": {"repeats": 1}, "train": {"epochs": 2}, "myths": {"steps": 30},
-         "bench": {"sizes": (4096, 8 << 20), "repeats": 5, "warmup": 1, "memcpy_mb": 1, "ddp_steps": 2}}
+         "bench": {"sizes": (4096, 8 << 20), "repeats": 3, "warmup": 1, "memcpy_mb": 1, "ddp_steps": 2}}
 # In range but not walked: these bounds cost memory or minutes, not a claim.
 UNWALKED = {
     ("allreduce", "numel", "max"): "1 GiB float32 per rank",

@@ -544,6 +544,11 @@ def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
             "accumulation_raises_efficiency",
             f"이 실행 동안 기계가 바빴다: 통신 없는 스텝의 반복 {paired['busy_share']:.0%}가 가장 빠른 반복의 "
             f"{SLOW:g}배를 넘었다. 누적의 이득(All-Reduce K-1번)이 이 흔들림보다 작아 잴 수 없다")]
+    if params["ddp_steps"] < QUICK["ddp_steps"]:
+        return checks + [not_applicable(
+            "accumulation_raises_efficiency",
+            f"DDP 스텝을 {params['ddp_steps']}번만 쟀다: 누적의 이득을 가리려면 번갈아 잰 쌍이 {QUICK['ddp_steps']}개 이상 "
+            "있어야 중앙값이 반복마다의 흔들림을 넘는다(ddp_steps=2, 부하 속에서 비율 1.1 초과를 쟀다)")]
     if paired["exposed_share"] < MIN_EXPOSED:
         return checks + [not_applicable(
             "accumulation_raises_efficiency",
@@ -665,8 +670,7 @@ LAB = Lab(
                          "pipeline_target", "pipeline_gate", "target", "segment_bytes", "socket", "device", "cpu_count",
                          "oversubscribed", "threads_per_rank"}),
     params={"sizes": SIZES,
-            "repeats": Int(QUICK["repeats"], min=QUICK["repeats"], max=1000,
-                           help="크기마다 재는 반복 수 (시간 판정은 번갈아 잰 쌍 여러 개의 중앙값: 5 이상)"),
+            "repeats": Int(QUICK["repeats"], min=1, max=1000, help="크기마다 재는 반복 수"),
             "warmup": Int(QUICK["warmup"], min=0, max=100, help="재기 전에 버리는 반복 수"),
             "memcpy_mb": Int(QUICK["memcpy_mb"], min=1, max=4096, help="메모리 복사 상한을 잴 크기(MiB)"),
             "ddp_steps": Int(QUICK["ddp_steps"], min=1, max=1000, help="DDP 스텝 시간을 재는 스텝 수"),

@@ -6,7 +6,9 @@ step (the N ranks' mini-batches side by side, as PyTorch's own DDP tests do), so
 compare final parameters, loss curves and test accuracy. Each rank also records the order its
 ``DistributedSampler`` produced in every epoch, with ``set_epoch`` (the training run) and without.
 
-With ``ckpt_dir`` the run checkpoints every epoch and resumes from the last checkpoint; with
+With ``ckpt_dir`` the run checkpoints every epoch and resumes from the last checkpoint (of the same
+configuration: another one is refused before spawning unless ``fresh``, see
+:func:`labs.train_script.checkpoint_folder`); with
 ``fail_at_epoch`` the last rank dies midway through that epoch. :func:`compare_runs` checks
 that a resumed run ends where an uninterrupted one does: bit for bit with N ≤ 2 ranks, within
 the float32 tolerance with more (see :func:`resume_tolerance`).
@@ -92,7 +94,7 @@ def train_reference(cfg: TrainConfig, world_size: int, train_set: TensorDataset,
 def phase_collectives(ctx: RankContext, cfg: TrainConfig, train_set: TensorDataset,
                       test_set: TensorDataset) -> dict:
     """The collectives of each phase of the training script, one phase at a time, with the script's own
-    functions: building the DDP model, taking the checkpoint folder (its barrier), the first
+    functions: building the DDP model, taking the checkpoint folder (rank 0's answer, a broadcast), the first
     ``COUNTED_STEPS`` training steps, the evaluation, the logged loss and the checkpoint (its barrier)."""
     with CollectiveCounter() as construct:
         model = make_ddp_model(cfg, ctx)
@@ -119,13 +121,9 @@ def phase_collectives(ctx: RankContext, cfg: TrainConfig, train_set: TensorDatas
             "log": logged.as_dict(), "checkpoint": checkpoint.as_dict()}
 
 
-def config_of(params: dict) -> TrainConfig:
-    return TrainConfig(**params)
-
-
 def rank_fn(ctx: RankContext, **params) -> dict:
     torch.set_num_threads(1)  # 작은 행렬에는 스레드 여러 개가 오히려 느리다 (코어를 랭크끼리 나눠 쓴다)
-    cfg = config_of(params)
+    cfg = TrainConfig(**params)
     train_set, test_set = load_digits_split()
     orders: dict[int, list[int]] = {}  # 실제 학습에서 DistributedSampler가 낸 순서 (set_epoch 호출)
 
@@ -214,9 +212,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         if len(observed) >= 2 else
         not_applicable("set_epoch_reshuffles", f"이번 실행이 학습한 에폭이 {len(observed)}개라 에폭끼리 순서를 비교할 수 없다"),
         check_equal("no_set_epoch_repeats", max(len({tuple(o) for o in r["orders_without_set_epoch"]}) for r in ranks),
-                    1, "set_epoch을 부르지 않으면 모든 에폭이 같은 순서를 쓴다(에폭별 순서의 종류 수)")
-        if params["epochs"] >= 2 else
-        not_applicable("no_set_epoch_repeats", "에폭이 하나뿐이라 에폭끼리 순서를 비교할 수 없다"),
+                    1, "set_epoch을 부르지 않으면 모든 에폭이 같은 순서를 쓴다(에폭별 순서의 종류 수)"),
         check_equal("reference_same_samples", mismatched, 0,
                     "한 프로세스 기준 학습의 전역 배치가 랭크들이 실제로 받은 샘플 그대로다(어긋난 에폭 수)")
         if observed else
@@ -309,7 +305,7 @@ def run_command(cmd: list[str], env: dict, timeout: float) -> subprocess.Complet
 def validate(params: dict, world_size: int) -> None:
     # torchrun 아래에서는 랭크마다 검사한다: 폴더는 랭크 0만 본다(다른 랭크가 보면 랭크 0이 잡은 폴더를 "쓰는 중"으로 본다)
     if params["ckpt_dir"] and os.environ.get("RANK", "0") == "0":
-        conflict = folder_conflict(config_of(params), world_size)
+        conflict = folder_conflict(TrainConfig(**params), world_size)
         if conflict:
             raise LabConfigError(conflict)
     if params["global_batch"] % world_size:
