@@ -112,14 +112,25 @@ def folder_in_use(folder: Path) -> bool:
     """Whether a run holds the folder's lock now (see :func:`checkpoint_folder`)."""
     if not folder.is_dir():
         return False
+    fd, busy = _lock(folder)
+    if fd is not None:
+        os.close(fd)
+    return busy
+
+
+def _lock(folder: Path) -> tuple[int | None, bool]:
+    """(the folder's descriptor holding an exclusive lock, or None; whether another process holds it).
+    A file system that cannot lock a folder (some network file systems) gives (None, False): no lock."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return True
-    finally:
         os.close(fd)
-    return False
+        return None, True
+    except OSError:
+        os.close(fd)
+        return None, False
+    return fd, False
 
 
 @contextlib.contextmanager
@@ -150,15 +161,13 @@ def checkpoint_folder(cfg: TrainConfig, ctx: RankContext) -> Iterator[Path | Non
             os.close(fd)
 
 
-def _take_folder(cfg: TrainConfig, world_size: int) -> tuple[int, str | None]:
+def _take_folder(cfg: TrainConfig, world_size: int) -> tuple[int | None, str | None]:
     """Rank 0's part of :func:`checkpoint_folder`: (the folder's locked descriptor, why it is refused or None)."""
     folder = Path(cfg.ckpt_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return fd, busy_message(folder)
+    fd, busy = _lock(folder)
+    if busy:
+        return None, busy_message(folder)
     conflict = config_conflict(cfg, world_size)
     if conflict:
         return fd, conflict
