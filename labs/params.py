@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,8 +164,38 @@ class Text:
         return value
 
 
+# What the file systems the course runs on allow (Linux and macOS: NAME_MAX and PATH_MAX, in bytes).
+NAME_MAX, PATH_MAX = 255, 4096
+
+
+def _path_problem(value: str) -> str | None:
+    """Why the operating system could not open ``value`` (Korean), or ``None``."""
+    if "\0" in value:
+        return "NUL 문자가 들어 있습니다"
+    encoded = os.fsencode(value)
+    long = [part for part in encoded.split(b"/") if len(part) > NAME_MAX]
+    if long:
+        return f"이름 하나가 {NAME_MAX}바이트를 넘습니다({len(long[0])}바이트: {os.fsdecode(long[0][:24])}…)"
+    if len(encoded) > PATH_MAX:
+        return f"경로 전체가 {PATH_MAX}바이트를 넘습니다({len(encoded)}바이트)"
+    return None
+
+
 @dataclass(frozen=True)
-class Folder(Text):
+class FilePath(Text):
+    """A path the operating system must be able to open: no NUL character, no name over
+    :data:`NAME_MAX` bytes, not over :data:`PATH_MAX` bytes in all (otherwise a rank fails with OSError)."""
+
+    def check(self, name: str, value: Any) -> str:
+        value = super().check(name, value)
+        problem = _path_problem(value)
+        if problem:
+            raise LabConfigError(f"인자 {name}의 경로를 운영 체제가 열 수 없습니다: {problem}. 더 짧은 경로나 다른 경로를 주세요.")
+        return value
+
+
+@dataclass(frozen=True)
+class Folder(FilePath):
     """A folder the ranks read and write (a checkpoint folder, say); ``""`` means none. A recorded
     run (labs/replay.py) is keyed by what the folder holds, not by its name, and a replay leaves in
     it what the run left."""
@@ -174,7 +205,7 @@ class Folder(Text):
 
 
 @dataclass(frozen=True)
-class InputFile(Text):
+class InputFile(FilePath):
     """A file the ranks only read (a reader's Python file to grade, say). A recorded run
     (labs/replay.py) is keyed by the file's contents, not by its name; a module that file imports
     is not part of the key."""

@@ -8,7 +8,9 @@ It follows the six steps of DDP training: (1) replicate the model, (2) give ever
 mini-batches, (3) forward, (4) backward, (5) gradient All-Reduce (inside backward), (6) update.
 Rank 0 logs, shows the progress bar and writes checkpoints; a restarted job resumes from the last
 checkpoint and ends with the same parameters as an uninterrupted one, because the data order
-depends only on (seed, epoch).
+depends only on (seed, epoch). The folder records the configuration its checkpoint was trained with
+(``run_config.json``): another configuration is refused (exit 2) unless ``--fresh``, and while a run
+holds the folder a second run is refused.
 
 The functions are importable: the ``train`` lab of chapter 6 runs this same code on spawned ranks.
 """
@@ -16,12 +18,14 @@ The functions are importable: the ``train`` lab of chapter 6 runs this same code
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 if __package__ in (None, ""):  # run as a file (torchrun labs/train_script.py): import `labs` from the repo root
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
@@ -39,6 +43,9 @@ from labs.models import fingerprint, flat_parameters, tiny_mlp
 from labs.primitives import device_ids, make_optimizer
 
 CHECKPOINT_NAME = "checkpoint.pt"
+CONFIG_NAME = "run_config.json"  # what the checkpoints in the folder were trained with
+# The settings that decide every step (with the world size): a checkpoint resumes only under the same ones.
+RUN_SETTINGS = ("epochs", "global_batch", "lr", "momentum", "seed")
 TEST_SIZE = 357  # 1,797 digits → 1,440 for training (divisible by 1, 2, 3, 4, 5, 6, 8, …) and 357 for testing
 SPLIT_SEED = 0   # the train/test split never changes
 
@@ -57,6 +64,119 @@ class TrainConfig:
     ckpt_dir: str = ""         # "" = no checkpoints
     fail_at_epoch: int = 0     # fault injection: the last rank raises midway through this epoch (1-based)
     progress: bool = False     # rank 0's tqdm bar and log lines
+    fresh: bool = False        # drop the folder's old checkpoint and start from epoch 0
+
+
+class CheckpointFolderError(RuntimeError):
+    """The checkpoint folder cannot be used by this run (another configuration's, or in use)."""
+
+
+def run_config(cfg: TrainConfig, world_size: int) -> dict:
+    """What a checkpoint folder records next to its checkpoint (:data:`CONFIG_NAME`)."""
+    settings = asdict(cfg)
+    return {**{name: settings[name] for name in RUN_SETTINGS}, "world_size": world_size}
+
+
+def folder_conflict(cfg: TrainConfig, world_size: int) -> str | None:
+    """Why this run may not use ``cfg.ckpt_dir`` (Korean, says what to do), or ``None``."""
+    folder = Path(cfg.ckpt_dir)
+    return busy_message(folder) if folder_in_use(folder) else config_conflict(cfg, world_size)
+
+
+def busy_message(folder: Path) -> str:
+    return (f"체크포인트 폴더 {folder}를 다른 학습이 지금 쓰고 있습니다. 두 실행이 한 폴더에 쓰면 서로의 체크포인트를 "
+            "덮어씁니다. 그 실행이 끝나기를 기다리거나 다른 폴더를 주세요.")
+
+
+def config_conflict(cfg: TrainConfig, world_size: int) -> str | None:
+    """Why the checkpoint in ``cfg.ckpt_dir`` may not be resumed by this run, or ``None``."""
+    folder = Path(cfg.ckpt_dir)
+    if cfg.fresh or not (folder / CHECKPOINT_NAME).exists():
+        return None
+    how = "다른 폴더를 주거나, 옛 체크포인트를 지우고 처음부터 학습하려면 fresh=True(스크립트는 --fresh)로 실행하세요."
+    try:
+        saved = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return (f"체크포인트 폴더 {folder}의 체크포인트에는 어떤 설정으로 학습했는지 적은 {CONFIG_NAME}이(가) 없거나 "
+                f"읽을 수 없어 이어서 학습할 수 없습니다. {how}")
+    saved = saved if isinstance(saved, dict) else {}
+    changed = [f"{name} {saved.get(name)!r} → {value!r}" for name, value in run_config(cfg, world_size).items()
+               if saved.get(name) != value]
+    if not changed:
+        return None
+    return (f"체크포인트 폴더 {folder}의 체크포인트는 다른 설정으로 학습한 것이라 이어서 학습할 수 없습니다"
+            f"(저장된 설정 → 이번 설정: {', '.join(changed)}). {how}")
+
+
+def folder_in_use(folder: Path) -> bool:
+    """Whether a run holds the folder's lock now (see :func:`checkpoint_folder`)."""
+    if not folder.is_dir():
+        return False
+    fd, busy = _lock(folder)
+    if fd is not None:
+        os.close(fd)
+    return busy
+
+
+def _lock(folder: Path) -> tuple[int | None, bool]:
+    """(the folder's descriptor holding an exclusive lock, or None; whether another process holds it).
+    A file system that cannot lock a folder (some network file systems) gives (None, False): no lock."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None, True
+    except OSError:
+        os.close(fd)
+        return None, False
+    return fd, False
+
+
+@contextlib.contextmanager
+def checkpoint_folder(cfg: TrainConfig, ctx: RankContext) -> Iterator[Path | None]:
+    """The checkpoint's path for the whole run, the folder held by rank 0 (a lock on the folder itself,
+    released when the run ends or its process dies, so nothing is left behind).
+
+    Rank 0 refuses a folder another run holds or one with another configuration's checkpoint, drops
+    the old checkpoint when ``cfg.fresh`` and records this run's configuration, then tells every rank
+    (one broadcast); on a refusal every rank raises :class:`CheckpointFolderError` before training.
+    """
+    if not cfg.ckpt_dir:
+        yield None
+        return
+    folder = Path(cfg.ckpt_dir)
+    fd, refusal = None, None
+    try:
+        if ctx.rank == 0:
+            fd, refusal = _take_folder(cfg, ctx.world_size)
+        # 랭크 0이 폴더를 잡고 설정을 적을 때까지 모두 기다린다: 그 전에 옛 체크포인트를 읽지 않게
+        refused = torch.tensor([float(refusal is not None)], device=ctx.device)
+        dist.broadcast(refused, src=0)
+        if refused.item():
+            raise CheckpointFolderError(refusal or f"랭크 0이 체크포인트 폴더 {folder}를 쓸 수 없다고 알렸습니다.")
+        yield folder / CHECKPOINT_NAME
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _take_folder(cfg: TrainConfig, world_size: int) -> tuple[int | None, str | None]:
+    """Rank 0's part of :func:`checkpoint_folder`: (the folder's locked descriptor, why it is refused or None)."""
+    folder = Path(cfg.ckpt_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, busy = _lock(folder)
+    if busy:
+        return None, busy_message(folder)
+    conflict = config_conflict(cfg, world_size)
+    if conflict:
+        return fd, conflict
+    if cfg.fresh:
+        (folder / CHECKPOINT_NAME).unlink(missing_ok=True)
+    tmp = folder / (CONFIG_NAME + ".tmp")
+    tmp.write_text(json.dumps(run_config(cfg, world_size), indent=1), encoding="utf-8")
+    os.replace(tmp, folder / CONFIG_NAME)
+    return fd, None
 
 
 def init_distributed() -> RankContext:
@@ -211,31 +331,31 @@ def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set
     # ② 랭크마다 겹치지 않는 1/N을 B/N개씩
     sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank,
                                   pin_memory=ctx.device.type == "cuda")
-    ckpt = Path(cfg.ckpt_dir) / CHECKPOINT_NAME if cfg.ckpt_dir else None
-    start, history = load_checkpoint(ckpt, model, optimizer, ctx) if ckpt else (0, [])
-    if start:
-        log(ctx, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")
-    # 진행 막대도 랭크 0만
-    epochs = tqdm(range(start, cfg.epochs), initial=start, total=cfg.epochs, desc="에폭",
-                  disable=not (ctx.rank == 0 and cfg.progress))
-    for epoch in epochs:
-        # 섞는 순서 = randperm(seed + epoch): 에폭마다 다르고, 재시작해도 같다
-        sampler.set_epoch(epoch)
-        faulty = cfg.fail_at_epoch == epoch + 1 and ctx.rank == ctx.world_size - 1
-        batches = fail_midway(loader, epoch + 1, ctx) if faulty else loader
-        # ③–⑥
-        loss_sum, count = train_one_epoch(model, batches, optimizer, ctx.device)
-        correct, total = evaluate(model.module, test_set, ctx)
-        loss = global_mean(loss_sum, count, ctx.device)
-        history.append({"epoch": epoch + 1, "loss": loss, "correct": correct, "total": total})
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, sampler)
-        if ckpt:
-            save_checkpoint(ckpt, model, optimizer, epoch + 1, history, ctx)
-        epochs.set_postfix(loss=f"{loss:.4f}", acc=f"{correct / total:.1%}")
-        log(ctx, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
-                      f"테스트 정확도 {correct / total:.1%} ({correct}/{total})")
-    return model, history, start
+    with checkpoint_folder(cfg, ctx) as ckpt:  # 랭크 0이 폴더를 잡는다: 다른 실행·다른 설정의 폴더는 거절
+        start, history = load_checkpoint(ckpt, model, optimizer, ctx) if ckpt else (0, [])
+        if start:
+            log(ctx, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")
+        # 진행 막대도 랭크 0만
+        epochs = tqdm(range(start, cfg.epochs), initial=start, total=cfg.epochs, desc="에폭",
+                      disable=not (ctx.rank == 0 and cfg.progress))
+        for epoch in epochs:
+            # 섞는 순서 = randperm(seed + epoch): 에폭마다 다르고, 재시작해도 같다
+            sampler.set_epoch(epoch)
+            faulty = cfg.fail_at_epoch == epoch + 1 and ctx.rank == ctx.world_size - 1
+            batches = fail_midway(loader, epoch + 1, ctx) if faulty else loader
+            # ③–⑥
+            loss_sum, count = train_one_epoch(model, batches, optimizer, ctx.device)
+            correct, total = evaluate(model.module, test_set, ctx)
+            loss = global_mean(loss_sum, count, ctx.device)
+            history.append({"epoch": epoch + 1, "loss": loss, "correct": correct, "total": total})
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, sampler)
+            if ckpt:
+                save_checkpoint(ckpt, model, optimizer, epoch + 1, history, ctx)
+            epochs.set_postfix(loss=f"{loss:.4f}", acc=f"{correct / total:.1%}")
+            log(ctx, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
+                          f"테스트 정확도 {correct / total:.1%} ({correct}/{total})")
+        return model, history, start
 
 def run_summary(model: DDP, history: list[dict], start: int, ctx: RankContext) -> dict:
     """What a run ended with, as plain data: compared across runs (uninterrupted vs resumed)."""
@@ -256,9 +376,11 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     parser.add_argument("--fail-at-epoch", type=int, default=0,
                         help="첫 시도에서만 마지막 랭크가 이 에폭 중간에 죽는다 (0: 고장 없음)")
     parser.add_argument("--no-progress", action="store_true", help="진행 막대와 로그를 끈다")
+    parser.add_argument("--fresh", action="store_true",
+                        help="체크포인트 폴더의 옛 체크포인트를 지우고 처음부터 학습 (첫 시도에서만)")
     args = parser.parse_args(argv)
     return TrainConfig(args.epochs, args.global_batch, args.lr, args.momentum, args.seed, args.ckpt_dir,
-                       args.fail_at_epoch, progress=not args.no_progress)
+                       args.fail_at_epoch, progress=not args.no_progress, fresh=args.fresh)
 
 
 RESULT_PREFIX = "RESULT "  # rank 0's last line: run_summary() as JSON, read back by read_result()
@@ -278,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     # torchrun이 랭크들을 다시 띄울 때마다 1씩 늘린다
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if restarts > 0:
-        cfg.fail_at_epoch = 0  # 주입한 고장은 첫 시도에서만 일어난다
+        cfg.fail_at_epoch, cfg.fresh = 0, False  # 주입한 고장과 새로 시작(--fresh)은 첫 시도에서만
     try:
         log(ctx, cfg, f"시작: 월드 크기 {ctx.world_size} · 장치 {ctx.device} · "
                       f"랭크당 배치 {per_rank_batch(cfg, ctx.world_size)} · 재시작 횟수 {restarts}")
@@ -287,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         if ctx.rank == 0:
             summary = {**run_summary(model, history, start, ctx), "restarts": restarts}
             print(RESULT_PREFIX + json.dumps(summary), flush=True)
+    except CheckpointFolderError as err:  # 쓸 수 없는 체크포인트 폴더: 학습하지 않고 잘못된 입력(2)으로 끝난다
+        if ctx.rank == 0:
+            print(err, file=sys.stderr)
+        return 2
     finally:
         dist.destroy_process_group()
     return 0

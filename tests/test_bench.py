@@ -270,3 +270,12 @@ def test_figures_and_calculator(runs):
     html = scaling_calculator("calc-test", measured=preset).data
     assert "<script" in html and "src=" not in html and "http" not in html
     assert "calc-test-measured" in html and "#calc-test" in html  # 4장 계산기의 스타일을 이 div에 맞춰 쓴다
+
+
+@pytest.mark.timeout(1500)
+def test_values_inside_every_range_pass_or_are_refused():
+    """Each numeric parameter of bench at its bounds and in between (tests/test_params.py's walk, the
+    other parameters cheap, N=2): every claim passes or is n/a, or the run is refused; never exit 1 or 3."""
+    from test_params import walk, walk_cases
+
+    walk("bench", walk_cases("bench"))

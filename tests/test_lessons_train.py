@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 import torch.distributed as dist
 
 import labs
+import labs.launch
 import labs.train_script as script
 from labs.context import RankContext
 from labs.lessons import train as train_lab
@@ -254,3 +256,94 @@ def test_chapter_notebook_is_commit_ready():
     code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
     assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
     assert os.path.exists(REPO / "book" / "quizzes" / "06_train.yml")
+
+
+# ----------------------------------------------------------------------------- a reused checkpoint folder
+
+SMALL = ["--nproc", "2", "--param", "epochs=2"]
+
+
+def _cli(capsys, folder: Path, *extra: str) -> tuple[int, str]:
+    from labs.cli import main
+
+    capsys.readouterr()
+    code = main(["run", "train", *SMALL, "--param", f"ckpt_dir={folder}", *extra])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.real_ranks
+def test_a_reused_folder_resumes_the_same_run_and_refuses_another(tmp_path, capsys, monkeypatch):
+    """The same command twice passes (the second resumes to nothing to do, its checks still measured);
+    another configuration in that folder is refused in Korean before any rank starts, unless fresh."""
+    folder = tmp_path / "ckpt"
+    assert _cli(capsys, folder) == (0, "")
+    assert sorted(p.name for p in folder.iterdir()) == [script.CHECKPOINT_NAME, script.CONFIG_NAME]
+    again = labs.run("train", nproc=2, epochs=2, ckpt_dir=str(folder))
+    assert again.ok and again.data["summary"]["resumed_from"] == 2 and again.data["epochs_trained"] == 0
+    assert again.checks["ddp_equals_single_process"].applicable and again.checks["phases_explain_whole_run"].ok
+    assert not again.checks["reference_same_samples"].applicable
+
+    spawned = []
+    monkeypatch.setattr(labs.launch, "spawn_ranks", lambda *args, **kw: spawned.append(args) or [])
+    for other in (["--param", "lr=0.2"], ["--param", "global_batch=64"], ["--param", "epochs=3"],
+                  ["--nproc", "4"]):
+        code, err = _cli(capsys, folder, *other)
+        assert code == 2 and "다른 설정으로 학습한 것" in err and "fresh=True" in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert spawned == []
+    monkeypatch.undo()
+
+    before = (folder / script.CHECKPOINT_NAME).read_bytes()
+    assert _cli(capsys, folder, "--param", "lr=0.2", "--param", "fresh=true") == (0, "")
+    assert (folder / script.CHECKPOINT_NAME).read_bytes() != before
+    assert json.loads((folder / script.CONFIG_NAME).read_text())["lr"] == 0.2
+    assert _cli(capsys, folder, "--param", "lr=0.2") == (0, "")  # 새 설정으로 이어서(할 일 없음)
+
+
+@pytest.mark.real_ranks
+def test_a_folder_without_its_configuration_is_refused(tmp_path, capsys):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / script.CHECKPOINT_NAME).write_bytes(b"a checkpoint from before run_config.json")
+    code, err = _cli(capsys, folder)
+    assert code == 2 and script.CONFIG_NAME in err and has_hangul(err), err
+
+
+@pytest.mark.real_ranks
+def test_a_second_run_in_a_folder_in_use_is_refused(tmp_path, capsys):
+    """Two runs at once in one folder: the first holds it (a lock on the folder, no file left behind),
+    the second is refused in Korean before spawning; once the first ends the folder is free again."""
+    folder = tmp_path / "ckpt"
+    first = subprocess.Popen([sys.executable, "-m", "labs", "run", "train", "--nproc", "1", "--param", "epochs=20",
+                              "--param", f"ckpt_dir={folder}"], env=clean_env(), cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not script.folder_in_use(folder):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        code, err = _cli(capsys, folder, "--param", "epochs=20")
+        assert code == 2 and "다른 학습이 지금 쓰고 있습니다" in err and "Traceback" not in err, err
+        out, first_err = first.communicate(timeout=600)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0, first_err
+    assert not script.folder_in_use(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [script.CHECKPOINT_NAME, script.CONFIG_NAME]
+
+
+def test_the_script_refuses_another_configuration_with_exit_2(tmp_path):
+    def script_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "2", "--no-progress",
+                               "--ckpt-dir", str(tmp_path / "ckpt"), *args], cwd=tmp_path,
+                              env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
+
+    assert script_run().returncode == 0
+    refused = script_run("--lr", "0.2")
+    assert refused.returncode == 2 and "lr 0.1 → 0.2" in refused.stderr and "--fresh" in refused.stderr
+    assert "Traceback" not in refused.stderr and "RESULT" not in refused.stdout
+    fresh = script_run("--lr", "0.2", "--fresh")
+    assert fresh.returncode == 0 and script.read_result(fresh.stdout)["resumed_from"] == 0
+    again = script_run("--lr", "0.2")
+    assert again.returncode == 0 and script.read_result(again.stdout)["resumed_from"] == 2

@@ -1,5 +1,6 @@
 """Typed lab parameters: every parameter of every lab rejects bad values in Korean (exit 2) before
-any rank is spawned, on the command line and through ``labs.run`` alike.
+any rank is spawned, on the command line and through ``labs.run`` alike; and every value inside a
+declared range is measurable: the run passes (a claim whose premise fails is n/a) or is refused.
 
 The bad values are derived from each parameter's declared spec (below its minimum, above its
 maximum, the wrong type, NaN/inf, an unknown word, an empty list), so a lab added later is walked
@@ -8,6 +9,8 @@ too. Every number must declare both bounds, so the walk always has an out-of-ran
 
 from __future__ import annotations
 
+import itertools
+import math
 import subprocess
 import sys
 
@@ -16,7 +19,7 @@ import pytest
 import labs
 import labs.launch
 from labs.cli import EXIT_BAD_INPUT, main
-from labs.errors import LabConfigError
+from labs.errors import LabConfigError, LabError
 from labs.params import Bool, Choice, Float, Int, ListOf, Text, parse_pairs, resolve
 
 from conftest import clean_env, has_hangul
@@ -150,3 +153,123 @@ def test_every_default_satisfies_its_own_spec():
     for lab in labs.all_labs().values():
         for key, spec in lab.params.items():
             assert spec.check(key, spec.default) == spec.default, (lab.name, key)
+
+
+# ----------------------------------------------------------------------------- values inside the ranges
+
+# The other parameters of a walk run: the cheapest values that keep every claim measurable, at N=2.
+CHEAP = {"miniddp": {"repeats": 1}, "train": {"epochs": 2}, "myths": {"steps": 30},
+         "bench": {"sizes": (4096, 8 << 20), "repeats": 3, "warmup": 1, "memcpy_mb": 1, "ddp_steps": 2}}
+# In range but not walked: these bounds cost memory or minutes, not a claim.
+UNWALKED = {
+    ("allreduce", "numel", "max"): "1 GiB float32 per rank",
+    ("bench", "sizes", "max"): "1 GiB messages", ("bench", "memcpy_mb", "max"): "4 GiB copies",
+    ("bench", "repeats", "max"): "minutes of timing", ("bench", "ddp_steps", "max"): "minutes of timing",
+    ("bench", "width", "max"): "a 4096-wide model of 12 layers (800 MB)", ("bench", "batch", "max"): "4096 × 4096 inputs",
+    ("bench", "depth", "max"): "64 layers of width 256, timed", ("buckets", "width", "max"): "800 MB of parameters",
+    ("buckets", "batch", "max"): "4096 × 256 activations per layer, 20 iterations",
+    ("buckets", "depth", "max"): "64 layers timed per cap", ("miniddp", "width", "max"): "six 2048-wide models",
+    ("miniddp", "repeats", "max"): "500 timed steps per variant", ("myths", "hidden", "max"): "FSDP of a 4096-wide model",
+}
+# Parameters that only one lab's variants read (traps: by trap); the others are walked under every trap.
+TRAP_PARAMS = {"micro_steps": ("no_sync",), "epochs": ("set_epoch", "lr_scaling"), "samples": ("set_epoch", "lr_scaling"),
+               "warmup_steps": ("lr_scaling",)}
+
+
+def in_range_values(spec) -> list[tuple[str, object]]:
+    """A numeric spec's bounds and one value between them (geometric when the range is wide), as
+    ``(where, value)``; a list's value is one such item."""
+    item = spec.item if isinstance(spec, ListOf) else spec
+    if not isinstance(item, (Int, Float)):
+        return []
+    low, high = item.min, item.max
+    if isinstance(item, Float) and item.min_open:  # 열린 하한: 그 바로 위
+        low = low * 1.001 if low else high * 1e-4
+    mid = math.sqrt(max(low, 1) * high) if high > 16 * max(low, 1) else (low + high) / 2
+    mid = round(mid) if isinstance(item, Int) else mid
+    return [(where, (v,) if isinstance(spec, ListOf) else v) for where, v in (("min", low), ("max", high), ("mid", mid))]
+
+
+def walk_cases(lab_name: str) -> list[dict]:
+    lab = labs.get_lab(lab_name)
+    cases = []
+    for key, spec in lab.params.items():
+        for where, value in in_range_values(spec):
+            if (lab_name, key, where) not in UNWALKED and not key.endswith("seed") and key != "seed_base":
+                cases.append({**CHEAP.get(lab_name, {}), key: value})
+    return cases
+
+
+def outcome(lab_name: str, nproc: int, params: dict) -> str:
+    """How ``python -m labs run`` would end: ``ok`` (0), ``refused`` (2), else what went wrong."""
+    try:
+        result = labs.run(lab_name, nproc=nproc, timeout=120, **params)
+    except LabConfigError as err:
+        assert has_hangul(str(err)), err
+        return "refused"
+    except LabError as err:
+        return f"rank error (exit 3): {str(err).splitlines()[0]}"
+    return "ok" if result.ok else f"check failed (exit 1): {[c.name for c in result.failed()]}"
+
+
+def walk(lab_name: str, cases: list[dict], nproc: int = 2) -> None:
+    assert cases, f"nothing to walk in {lab_name}"
+    bad = [(params, got) for params in cases if (got := outcome(lab_name, nproc, params)) not in ("ok", "refused")]
+    assert not bad, "\n".join(f"{lab_name} {params}: {got}" for params, got in bad)
+
+
+WALKED = sorted(name for name, lab in labs.all_labs().items() if name not in ("bench", "traps", "faults")
+                and any(in_range_values(spec) for spec in lab.params.values()))
+# Measured failing today (labs/lessons/grade.py is the grader's): with one bucket (bucket_cap_mb 0.1024, 32, 1024;
+# width 2; depth 2) BucketedDDP.launch_order fails. Strict: once that is fixed this mark must go.
+KNOWN_FAILING = {"grade": "BucketedDDP.launch_order fails when the model fits in one bucket"}
+
+
+@pytest.mark.real_ranks
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("lab_name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[name]))
+                                      if name in KNOWN_FAILING else name for name in WALKED])
+def test_values_inside_every_range_pass_or_are_refused(lab_name):
+    """Each numeric parameter at its bounds and in between (the others cheap, N=2, real ranks): the run
+    passes every claim (n/a where its premise does not hold) or is refused in Korean before spawning;
+    never a failed claim (exit 1) or a rank error (exit 3). bench walks in test_bench.py (it is timed)."""
+    walk(lab_name, walk_cases(lab_name))
+
+
+@pytest.mark.real_ranks
+@pytest.mark.timeout(900)
+def test_values_inside_the_trap_ranges_pass_or_are_refused():
+    """Every trap and variant that finishes (the hanging and failing bugs are chapter 10's outcomes, see
+    traps.EXPECTED), each numeric parameter it reads at its bounds and in between; the bugs that need a
+    second rank are refused at N=1."""
+    from labs.lessons.traps import EXPECTED, TRAPS, VARIANTS
+
+    lab = labs.get_lab("traps")
+    for trap, variant in itertools.product(TRAPS, VARIANTS):
+        if (trap, variant) in EXPECTED:
+            assert outcome("traps", 1, {"trap": trap, "variant": variant}) == "refused"
+            continue
+        cases = [{"trap": trap, "variant": variant, key: value} for key, spec in lab.params.items()
+                 if trap in TRAP_PARAMS.get(key, (trap,)) and not key.endswith("seed")
+                 for _, value in in_range_values(spec)]
+        walk("traps", cases)
+
+
+def test_the_walk_covers_every_numeric_parameter():
+    walked = {(name, key) for name in WALKED for case in walk_cases(name) for key in case}
+    numeric = {(name, key) for name in WALKED for key, spec in labs.get_lab(name).params.items()
+               if in_range_values(spec) and not key.endswith("seed") and key != "seed_base"}
+    assert numeric and numeric <= walked
+    assert all(where == "max" and reason for (_, _, where), reason in UNWALKED.items())
+
+
+@pytest.mark.parametrize("key, value", [("ckpt_dir", "/tmp/" + "a" * 256), ("ckpt_dir", "/tmp/" + "가" * 90),
+                                        ("ckpt_dir", "x\0y"), ("ckpt_dir", "/a" * 2100)])
+def test_an_unopenable_path_is_refused_before_spawning(no_spawn, capsys, key, value):
+    """A path component over 255 bytes (OSError in a rank before), a NUL, a path over 4096 bytes:
+    every Folder and InputFile parameter refuses them in Korean with exit 2."""
+    code = main(["run", "train", "--nproc", "1", "--param", f"{key}={value}"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and key in err and "경로" in err and "Traceback" not in err, err
+    traps_code = main(["run", "traps", "--nproc", "2", "--param", f"stderr_dir={value}"])
+    assert traps_code == EXIT_BAD_INPUT and "stderr_dir" in capsys.readouterr().err

@@ -1,9 +1,12 @@
 """labs.replay: a run recorded by the book build is replayed only for the same lab, N, backend,
 parameters, timeout and lab source code (a folder or an input file by its contents, chapter 6's
-command with its temporary folder taken out), and its checks are computed anew from the records."""
+command with its temporary folder taken out), and its checks are computed anew from the records.
+A record is JSON data checked when read: a cut, garbage, incomplete or old pickle record is skipped
+with a one-line note and the lab runs for real."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sys
@@ -42,7 +45,16 @@ def spawn_counter(monkeypatch):
 
 
 def recorded_files(folder):
-    return sorted(p.name for p in folder.rglob("*.pkl"))
+    return sorted(p.name for p in folder.rglob("*.json"))
+
+
+def read_record(path: Path) -> dict:
+    return labs.replay.decode(json.loads(path.read_text(encoding="utf-8"))["outcome"])
+
+
+def write_record(path: Path, outcome) -> None:
+    envelope = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**envelope, "outcome": labs.replay.encode(outcome)}), encoding="utf-8")
 
 
 def test_same_inputs_replay_other_inputs_run(runs_dir, spawn_counter):
@@ -67,10 +79,10 @@ def test_changed_lab_code_is_never_replayed(runs_dir, spawn_counter, monkeypatch
 
 def test_checks_are_computed_anew_from_the_records(runs_dir, spawn_counter):
     labs.run("faults", nproc=2)
-    [path] = list(runs_dir.rglob("*.pkl"))
-    outcome = pickle.loads(path.read_bytes())
+    [path] = list(runs_dir.rglob("*.json"))
+    outcome = read_record(path)
     outcome["records"][1]["sum"] = 4.0  # a record the real all_reduce could not have produced
-    path.write_bytes(pickle.dumps(outcome))
+    write_record(path, outcome)
 
     replayed = labs.run("faults", nproc=2)
     assert replayed.replayed and not replayed.ok
@@ -92,7 +104,7 @@ def test_nothing_is_recorded_or_replayed_without_the_variables(tmp_path, spawn_c
     labs.run("faults", nproc=2)
     labs.run("faults", nproc=2)
     assert len(spawn_counter) == 2
-    assert not list(tmp_path.rglob("*.pkl"))
+    assert not list(tmp_path.rglob("*.json"))
 
 
 def test_presentation_code_does_not_invalidate_recordings_but_lesson_code_does(tmp_path, monkeypatch):
@@ -134,12 +146,10 @@ def test_trap_outcome_is_replayed_and_checked_anew(runs_dir, spawn_counter):
     again = traps.observe("shape", "bug")
     assert spawn_counter == ["traps"] and first.ok and again.ok, first.report()
     assert again.data["measured"] == first.data["measured"] and again.report() == first.report()
-    (path,) = [p for p in runs_dir.rglob("traps-outcome-*.pkl")]
-    with path.open("rb") as f:
-        recorded = pickle.load(f)
+    (path,) = [p for p in runs_dir.rglob("traps-outcome-*.json")]
+    recorded = read_record(path)
     recorded["outcome"]["kind"] = "ok"  # 기록이 "예외 없이 끝났다"고 말하면 확인이 잡아야 한다
-    with path.open("wb") as f:
-        pickle.dump(recorded, f)
+    write_record(path, recorded)
     assert not traps.observe("shape", "bug").ok
     assert spawn_counter == ["traps"]
 
@@ -217,3 +227,75 @@ def test_a_command_is_keyed_by_its_line_with_the_temporary_folder_taken_out(runs
     (tmp_path / "d" / "left.txt").write_text("something")
     _, d = in_folder("d")
     assert (d / "out.txt").exists()
+
+
+class RunsCode:
+    """Unpickling this runs code: it writes ``path`` (a record must never be unpickled)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.write_text, (self.path, "ran"))
+
+
+def cut_to_rank_0(path: Path) -> None:
+    outcome = read_record(path)
+    outcome["records"] = outcome["records"][:1]
+    write_record(path, outcome)
+
+
+def missing_key(path: Path) -> None:
+    outcome = read_record(path)
+    del outcome["records"][1]["sum"]
+    write_record(path, outcome)
+
+
+def ranks_swapped(path: Path) -> None:
+    outcome = read_record(path)
+    outcome["records"][0] = dict(outcome["records"][1])  # rank 1 twice, rank 0 missing
+    write_record(path, outcome)
+
+
+def old_pickle(path: Path) -> None:
+    """The format before version 2: a pickle, here one whose loading would run code."""
+    path.with_suffix(".pkl").write_bytes(pickle.dumps({"records": [RunsCode(path.with_name("ran.txt"))]}))
+    path.unlink()
+
+
+def pickle_in_place(path: Path) -> None:
+    path.write_bytes(pickle.dumps({"records": [RunsCode(path.with_name("ran.txt"))]}))
+
+
+CORRUPTIONS = {
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "JSON이 아님"),
+    "garbage": (lambda p: p.write_bytes(os.urandom(300)), "건너뜁니다"),
+    "empty": (lambda p: p.write_bytes(b""), "JSON이 아님"),
+    "rank_list_cut": (cut_to_rank_0, "월드 크기 2개가 아니라 1개"),
+    "missing_key": (missing_key, "빠진 키 sum"),
+    "ranks_not_once_each": (ranks_swapped, "랭크 0..1이 한 번씩"),
+    "other_version": (lambda p: p.write_text(p.read_text().replace('"version": 2', '"version": 1')), "형식 버전 1"),
+    "old_pickle": (old_pickle, "옛 pickle 형식"),
+    "pickle_in_place": (pickle_in_place, "건너뜁니다"),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_an_invalid_record_is_skipped_with_a_note_and_the_lab_runs(runs_dir, spawn_counter, capfd, corruption):
+    """Each way a record file can be wrong: one Korean line naming the file, then a real run (N ranks,
+    every check passing), never a traceback, a replay of a wrong record, or code run by loading it."""
+    labs.run("faults", nproc=2)
+    [path] = list(runs_dir.rglob("*.json"))
+    corrupt, reason = CORRUPTIONS[corruption]
+    corrupt(path)
+    capfd.readouterr()
+
+    result = labs.run("faults", nproc=2)
+    err = capfd.readouterr().err
+    assert not result.replayed and result.ok and result.world_size == 2 and len(result.ranks) == 2
+    assert spawn_counter == ["faults", "faults"]
+    [note] = [line for line in err.splitlines() if "건너뜁니다" in line]
+    assert reason in note and path.stem in note and "실제로 실행합니다" in note, err
+    assert not path.with_name("ran.txt").exists()
+    assert read_record(path)["records"] == result.ranks  # the real run wrote a valid record again
+    assert labs.run("faults", nproc=2).replayed

@@ -228,7 +228,12 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         for name in ("launched_before_backward_end", "launched_in_index_order"):
             checks.append(not_applicable(name, "고른 cap 중에 버킷이 2개 이상인 경우가 없어, 겹침과 버킷 순서를 잴 수 없다"
                                                "(caps_mb에 모델 크기보다 작은 값을 넣으세요)"))
-    if len(numeric) >= 2:
+    predicted = sorted((float(row["cap"]), row["predicted"]) for row in rows if row["cap"] != DEFAULT)
+    if len(numeric) >= 2 and predicted[0][1] == predicted[-1][1]:
+        checks.insert(2, not_applicable("count_decreases_with_cap",
+                                        f"고른 cap 모두에서 예측한 버킷 수가 {predicted[0][1]}개로 같다(모델 "
+                                        f"{sum(param_bytes)}바이트): caps_mb에 모델 크기보다 작은 값을 넣거나 width·depth를 키우세요"))
+    elif len(numeric) >= 2:
         counts = [c for _, c in numeric]
         checks.insert(2, check_true("count_decreases_with_cap", counts == sorted(counts, reverse=True) and counts[0] > counts[-1],
                                counts, "bucket_cap_mb가 커질수록 All-Reduce 횟수가 줄어든다"
@@ -253,7 +258,7 @@ LAB = Lab(
             "width": Int(256, min=1, max=4096, help="층의 너비"),
             "depth": Int(12, min=1, max=64, help="층 수"),
             "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
-            "iterations": Int(3, min=1, max=20, help="반복 수"),
+            "iterations": Int(3, min=2, max=20, help="반복 수 (버킷 재구성은 2번째 반복: 2 이상)"),
             "seed": seed()},
     record_keys=DESCRIBE_KEYS | {"n_params", "param_bytes", "param_layer", "runs"},
     data_keys=frozenset({"rows", "total_bytes", "n_params", "first_bucket_bytes", "overlap_cases"}),

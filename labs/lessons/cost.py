@@ -425,7 +425,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
             "device": ranks[0]["device"], "cpu_count": cpu, "oversubscribed": oversubscribed,
             "threads_per_rank": ranks[0]["threads"]}
     checks = [*_ring_checks(ranks, backend), *_allreduce_checks(rows, fit, memcpy, n, oversubscribed),
-              _pipeline_gate(rows, backend, n, oversubscribed), *_ddp_checks(ddp, n, params)]
+              _pipeline_gate(rows, backend, n, oversubscribed, params["segment_kb"] << 10), *_ddp_checks(ddp, n, params)]
     return Summary(data, checks)
 
 
@@ -492,12 +492,15 @@ def _allreduce_checks(rows: list[dict], fit: dict | None, memcpy: dict, n: int,
     return checks
 
 
-def _pipeline_gate(rows: list[dict], backend: str, n: int, oversubscribed: bool) -> Check:
-    """The pipelined ring against the library on gloo with a core per rank (a fair race)."""
+def _pipeline_gate(rows: list[dict], backend: str, n: int, oversubscribed: bool, segment_bytes: int) -> Check:
+    """The pipelined ring against the library on gloo with a core per rank (a fair race), at the chosen segment size."""
     name = "pipelined_vs_library"
     ratio = pipelined_vs_library(rows)
     if n < 2:
         return not_applicable(name, "랭크가 하나면 통신이 없다")
+    if segment_bytes != SEGMENT_BYTES:
+        return not_applicable(name, f"경주는 이 기계에서 재어 고른 세그먼트 {size_label(SEGMENT_BYTES)}에서만 판정한다"
+                              f"(이번 세그먼트 {size_label(segment_bytes)}: 비율은 표로 보인다)")
     if backend != "gloo":
         return not_applicable(name, "NCCL의 All-Reduce는 GPU 커널 하나가 하는 일이라, 파이썬에서 세그먼트마다 "
                               "isend/irecv를 부르는 링과의 경주는 보여 주기만 한다")
@@ -541,6 +544,11 @@ def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
             "accumulation_raises_efficiency",
             f"이 실행 동안 기계가 바빴다: 통신 없는 스텝의 반복 {paired['busy_share']:.0%}가 가장 빠른 반복의 "
             f"{SLOW:g}배를 넘었다. 누적의 이득(All-Reduce K-1번)이 이 흔들림보다 작아 잴 수 없다")]
+    if params["ddp_steps"] < QUICK["ddp_steps"]:
+        return checks + [not_applicable(
+            "accumulation_raises_efficiency",
+            f"DDP 스텝을 {params['ddp_steps']}번만 쟀다: 누적의 이득을 가리려면 번갈아 잰 쌍이 {QUICK['ddp_steps']}개 이상 "
+            "있어야 중앙값이 반복마다의 흔들림을 넘는다(ddp_steps=2, 부하 속에서 비율 1.1 초과를 쟀다)")]
     if paired["exposed_share"] < MIN_EXPOSED:
         return checks + [not_applicable(
             "accumulation_raises_efficiency",
@@ -672,6 +680,9 @@ LAB = Lab(
             "depth": Int(12, min=1, max=64, help="DDP 모델 층 수"),
             "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
             "accum_steps": Int(4, min=1, max=64, help="no_sync 누적 마이크로 스텝 수"),
-            "segment_kb": Int(SEGMENT_BYTES >> 10, min=1, max=1 << 20, help="파이프라인 링의 세그먼트 크기(KiB)"),
+            # 16 KiB 이상: gloo는 메시지마다 헤더 144바이트를 더 쓴다(1 KiB 세그먼트로 8 MiB를 보낼 때 커널이 센
+            # 바이트에서 잰 값). 세그먼트가 14 KiB보다 작으면 그 헤더가 트래픽의 1 %를 넘어 "세그먼트로 잘라도 트래픽은
+            # 늘지 않는다"가 틀린다
+            "segment_kb": Int(SEGMENT_BYTES >> 10, min=16, max=1 << 20, help="파이프라인 링의 세그먼트 크기(KiB, 16 이상)"),
             "seed": seed()},
 )

@@ -128,7 +128,7 @@ LAB = Lab(
     chapter=5,
     params={"global_batch": Int(12, min=1, max=4096, help="전역 배치 B (N으로 나누어떨어져야 함)"),
             "steps": Int(6, min=1, max=200, help="학습 스텝 수"),
-            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "lr": Float(0.1, min=0.0, max=1.0, min_open=True, help="학습률 η (2에서는 발산한다)"),
             "seed": seed(),
             "grad_reduce": Choice("mean", GRAD_REDUCE, help="DDP가 그래디언트를 합친 뒤 평균(mean) 또는 합(sum)")},
     validate=validate,

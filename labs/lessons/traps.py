@@ -12,6 +12,7 @@ each rank's position at the deadline) into checks of the same kind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -438,6 +439,13 @@ def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
                           "학습 뒤 복제본이 모든 랭크에서 같다(최대 절대 차이)")]
     if n == 1:
         checks.append(not_applicable("final_loss_vs_single", "N=1이면 기준과 같은 학습이라 비교할 것이 없다"))
+    elif baseline[max(1, p["epochs"] // n)] < 1.5 * baseline[-1]:
+        # 같은 η, N배 적은 스텝: 에폭 E 뒤의 DDP는 한 프로세스의 에폭 E/N 무렵과 같아야 한다. 한 프로세스가 그 뒤로
+        # 손실을 1.5배 넘게 줄이지 못하면(이미 수렴했거나 η가 너무 작다) 스텝 수의 차이가 손실에 드러나지 않는다
+        checks.append(not_applicable("final_loss_vs_single",
+                                     f"한 프로세스 학습의 손실이 에폭 {max(1, p['epochs'] // n)} 뒤로 "
+                                     f"{baseline[max(1, p['epochs'] // n)] / baseline[-1]:.2f}배만 줄어, 스텝이 {n}배 적은 것이 "
+                                     "손실에 드러나지 않는다(에폭·samples를 줄이거나 η를 키우세요)"))
     elif variant == "bug":
         checks.append(check_at_least("final_loss_vs_single", ratio, 1.2,
                                      f"η를 그대로 두면 같은 에폭 뒤 손실이 한 프로세스(배치 B/N)보다 크다: 스텝이 {n}배 적다(손실 비율)"))
@@ -489,6 +497,10 @@ def seed_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     n, steps, b = len(ranks), p["steps"], p["per_rank_batch"]
     # 전역 배치(모든 랭크의 샘플)에서 서로 다른 드롭아웃 마스크 수: 한 프로세스라면 N·(B/N)개
     distinct = [len({tuple(row) for r in ranks for row in r["masks"][s]}) for s in range(steps)]
+    own = [len({tuple(row) for row in ranks[0]["masks"][s]}) for s in range(steps)]  # 랭크 0 혼자의 마스크 수
+    # 랭크마다 따로 뽑은 n·b개의 마스크(입력 16개, p=0.5: 2^16가지)가 우연히 겹치는 쌍의 기댓값 λ; 6λ까지 허용
+    k = n * b
+    chance = math.ceil(6 * k * (k - 1) / 2 / 2 ** 16)
     same_noise = sum(r["noises"] == ranks[0]["noises"] for r in ranks[1:])
     checks = [check_close("same_initial_model", _gathered_equal(ranks, "init"), 0.0, 0.0,
                           "모델 초기값은 모든 랭크에서 같다(같은 시드, 최대 차이)"),
@@ -497,13 +509,15 @@ def seed_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     if n == 1:
         checks.append(not_applicable("distinct_masks_in_global_batch", "N=1이면 비교할 다른 랭크가 없다"))
     elif variant == "bug":
-        checks.append(check_equal("distinct_masks_in_global_batch", sorted(set(distinct)), [b],
-                                  f"시드가 같으면 전역 배치 {n * b}개 샘플에 마스크가 {b}개뿐이다: 랭크마다 똑같이 뽑는다(스텝별)"))
+        checks.append(check_equal("distinct_masks_in_global_batch", distinct, own,
+                                  f"시드가 같으면 전역 배치 {n * b}개 샘플의 마스크가 랭크 0 혼자 뽑은 마스크(보통 {b}개)뿐이다: "
+                                  "랭크마다 똑같이 뽑는다(스텝별 서로 다른 마스크 수)"))
         checks.append(check_equal("identical_noise_ranks", same_noise, n - 1,
                                   "증강 잡음도 랭크 0과 똑같이 뽑는 랭크 수"))
     else:
-        checks.append(check_at_least("distinct_masks_in_global_batch", min(distinct), n * b - 1,
-                                     f"랭크마다 시드를 다르게 하면 전역 배치 {n * b}개 샘플의 마스크가 (거의) 모두 다르다(스텝별 최소)"))
+        checks.append(check_at_least("distinct_masks_in_global_batch", min(distinct), k - 1 - chance,
+                                     f"랭크마다 시드를 다르게 하면 전역 배치 {k}개 샘플의 마스크가 (거의) 모두 다르다(스텝별 최소; "
+                                     f"2^16가지 마스크가 우연히 겹치는 만큼 {chance}개와 1개를 뺀 수 이상)"))
         checks.append(check_equal("identical_noise_ranks", same_noise, 0,
                                   "증강 잡음이 랭크 0과 똑같은 랭크 수"))
     return Summary({"distinct_masks": distinct, "global_batch": n * b}, checks)
@@ -542,6 +556,24 @@ KEYS = frozenset({"trap", "variant", "measured"})  # 함정마다 재는 것이 
 
 
 def validate(params: dict, world_size: int) -> None:
+    if params["trap"] == "lr_scaling" and params["lr"] * world_size > 0.6:
+        raise LabConfigError(f"함정 lr_scaling은 N·η ≤ 0.6에서만 잴 수 있습니다(받은 값: N={world_size}, η={params['lr']:g}). "
+                             "고친 쪽은 η를 N배로 키우므로 N·η가 1이면 한 프로세스와 손실이 15 % 넘게 달라진다(N=2에서 잰 값). "
+                             f"lr={0.6 / world_size:g} 이하로 실행하세요.")
+    steps = params["epochs"] * (params["samples"] // (world_size * params["per_rank_batch"]))
+    if params["trap"] == "lr_scaling" and params["warmup_steps"] > steps // 2:
+        raise LabConfigError(f"함정 lr_scaling의 warmup_steps({params['warmup_steps']})가 학습 스텝 {steps}개의 절반보다 "
+                             "많습니다: 고친 쪽이 키운 η로 학습할 스텝이 모자라 두 학습을 비교할 수 없습니다. "
+                             f"warmup_steps={max(1, steps // 2)} 이하로 하거나 epochs·samples를 늘리세요.")
+    if params["trap"] == "eval_rank0" and params["per_rank_batch"] < 2:
+        raise LabConfigError("함정 eval_rank0의 모델은 BatchNorm을 쓰므로 학습 중 랭크마다 샘플이 2개 이상이어야 합니다. "
+                             "per_rank_batch=2 이상으로 실행하세요.")
+    if params["trap"] == "lr_scaling" and params["per_rank_batch"] < 2:
+        raise LabConfigError("함정 lr_scaling은 per_rank_batch=2 이상에서만 잴 수 있습니다: 샘플 하나짜리 배치는 잡음이 커서 "
+                             "η를 N배로 키우는 규칙이 맞지 않는다(N=2에서 잰 손실 비율 1.19, 허용 1±0.15).")
+    if world_size < 2 and params["variant"] == "bug" and (params["trap"], "bug") in EXPECTED:
+        raise LabConfigError(f"함정 {params['trap']}은(는) 랭크가 둘 이상일 때만 일어납니다(랭크가 하나면 어긋날 다른 랭크가 "
+                             "없다). nproc=2 이상으로 실행하세요.")
     if params["trap"] in ("set_epoch", "lr_scaling") and params["samples"] < world_size * params["per_rank_batch"]:
         raise LabConfigError(f"samples={params['samples']}이(가) 한 스텝의 전역 배치 N·(B/N) = "
                              f"{world_size * params['per_rank_batch']}보다 작습니다. samples를 늘리거나 per_rank_batch를 줄이세요.")
@@ -565,7 +597,7 @@ LAB = Lab(
             "epochs": Int(3, min=2, max=50, help="set_epoch, lr_scaling: 에폭 수"),
             "samples": Int(64, min=8, max=4096, help="set_epoch, lr_scaling: 데이터셋 크기"),
             "warmup_steps": Int(4, min=1, max=1000, help="lr_scaling: 워밍업 스텝 수"),
-            "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
+            "lr": Float(0.1, min=0.0, max=1.0, min_open=True, help="학습률 η (10이면 eval_rank0·partial_collective가 발산한다)"),
             "seed": seed(),
             "stderr_dir": Folder("", help="비어 있지 않으면 랭크마다 표준 오류를 이 폴더의 rankN.txt에 쓴다(observe가 씀)")},
 )
@@ -622,7 +654,7 @@ def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TI
     debug = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
     key = {"trap": trap, "variant": variant, "debug": debug, **params}
     backend = resolve_backend("auto", nproc)
-    recorded = replay.load("traps-outcome", nproc, backend, key, timeout)
+    recorded = replay.load("traps-outcome", nproc, backend, key, timeout, check=_check_recorded_outcome)
     if recorded is not None:
         return outcome_result(trap, variant, nproc, recorded["outcome"], {"trap": trap, "variant": variant, **params})
     started = time.perf_counter()
@@ -644,6 +676,16 @@ def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TI
     outcome["debug"] = debug
     replay.save("traps-outcome", nproc, backend, key, timeout, {"outcome": outcome})
     return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
+
+
+def _check_recorded_outcome(recorded) -> None:
+    """What :func:`observe` records: ``{"outcome": {"kind": ..., ...}}`` (labs/replay.py skips anything else)."""
+    from .. import replay
+
+    outcome = recorded.get("outcome") if isinstance(recorded, dict) else None
+    if not (isinstance(outcome, dict) and outcome.get("kind") in ("ok", "hang", "error", "crash")
+            and isinstance(outcome.get("stderr"), str)):
+        raise replay.InvalidRecord("함정의 결과(종류·표준 오류)가 아님")
 
 
 def _rank_stderr(folder: Path) -> str:

@@ -187,7 +187,7 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=3,
     chapter=7,
-    params={"base_batch": Int(4, min=1, max=1024, help="랭크 0의 배치"),
+    params={"base_batch": Int(4, min=1, max=64, help="랭크 0의 배치 (클수록 extra의 몫이 작아져 단순 평균의 어긋남이 반올림에 묻힌다: 64, extra 1에서 5e-4)"),
             "extra": Int(6, min=1, max=1024, help="마지막 랭크가 더 받는 샘플 수"),
             "join_batches": Int(2, min=1, max=50, help="Join 부분: 모든 랭크의 배치 수"),
             "extra_batches": Int(1, min=1, max=50, help="Join 부분: 마지막 랭크가 더 도는 배치 수"),

@@ -86,8 +86,8 @@ def _replica_checks(ranks: list[dict], run: str, label: str, spread: list[float]
                     f"{label}: 모든 스텝에서 모든 랭크의 파라미터 지문이 하나뿐이다(스텝마다 '지문 종류 수 − 1'의 합)"),
         check_close(f"{run}_max_param_diff", max(spread), 0.0, 0.0,
                     f"{label}: 모든 스텝, 모든 파라미터에서 랭크 간 최대 절대 차이가 정확히 0이다"),
-        check_equal(f"{run}_parameters_moved", moved > 1e-3, True,
-                    f"{label}: 학습이 실제로 일어났다(첫 스텝 대비 최대 변화 {moved:.4f} > 0.001)"),
+        check_equal(f"{run}_parameters_moved", moved > 0, True,
+                    f"{label}: 학습이 실제로 일어났다(첫 스텝 대비 최대 변화 {moved:.3g} > 0)"),
     ]
 
 
@@ -129,8 +129,8 @@ LAB = Lab(
     chapter=5,
     params={"steps": Int(8, min=1, max=200, help="학습 스텝 수"),
             "per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N"),
-            "lr_sgd": Float(0.05, min=0.0, max=10.0, min_open=True, help="SGD 학습률"),
-            "lr_adam": Float(0.01, min=0.0, max=10.0, min_open=True, help="Adam 학습률"),
+            "lr_sgd": Float(0.05, min=0.001, max=0.05, help="SGD 학습률 (B/N=1, 200스텝에서 0.07이면 발산한다)"),
+            "lr_adam": Float(0.01, min=0.001, max=10.0, help="Adam 학습률"),
             "seed": seed()},
     record_keys=DESCRIBE_KEYS | {"sgd", "adam", "no_sync"},
     data_keys=frozenset({"distinct_fingerprints", "spread"}),
