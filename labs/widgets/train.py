@@ -12,7 +12,7 @@ def training_explorer(max_ranks: int = 8):
     import ipywidgets as widgets
 
     n = widgets.IntSlider(value=4, min=1, max=max_ranks, description="N (랭크)")
-    batch = widgets.Dropdown(options=[48, 96, 192], value=96, description="B (전역 배치)")
+    batch = widgets.Dropdown(options=[48, 96, 128], value=96, description="B (전역 배치)")
     epochs = widgets.IntSlider(value=6, min=2, max=12, description="에폭")
 
     def run_and_draw() -> list:
