@@ -220,15 +220,11 @@ def walk(lab_name: str, cases: list[dict], nproc: int = 2) -> None:
 
 WALKED = sorted(name for name, lab in labs.all_labs().items() if name not in ("bench", "traps", "faults")
                 and any(in_range_values(spec) for spec in lab.params.values()))
-# Measured failing today (labs/lessons/grade.py is the grader's): with one bucket (bucket_cap_mb 0.1024, 32, 1024;
-# width 2; depth 2) BucketedDDP.launch_order fails. Strict: once that is fixed this mark must go.
-KNOWN_FAILING = {"grade": "BucketedDDP.launch_order fails when the model fits in one bucket"}
 
 
 @pytest.mark.real_ranks
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("lab_name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[name]))
-                                      if name in KNOWN_FAILING else name for name in WALKED])
+@pytest.mark.parametrize("lab_name", WALKED)
 def test_values_inside_every_range_pass_or_are_refused(lab_name):
     """Each numeric parameter at its bounds and in between (the others cheap, N=2, real ranks): the run
     passes every claim (n/a where its premise does not hold) or is refused in Korean before spawning;
