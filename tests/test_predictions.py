@@ -25,8 +25,9 @@ from minibook import REPO, build, make_book  # noqa: E402
 from site_server import poll  # noqa: E402
 
 BOOK = REPO / "book"
-# Chapters whose boxes are all predictions now (4, 6 and 9 still have collapsed admonitions).
-CONVERTED = ("01_structure", "02_forward", "03_backward", "05_update", "07_internals", "08_cost", "10_traps", "11_myths")
+# Chapters whose boxes are all predictions now (6 still has collapsed admonitions).
+CONVERTED = ("01_structure", "02_forward", "03_backward", "04_allreduce", "05_update", "07_internals", "08_cost",
+             "09_miniddp", "10_traps", "11_myths")
 _BLOCK = re.compile(r"^```\{prediction\}[ \t]+(\S+)\n(.*?)^```[ \t]*$", re.M | re.S)
 _OPTION = re.compile(r"^:(\w+):[ \t]*(.*)$")
 _GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::[^`]*)?`")
