@@ -208,12 +208,14 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
 
     # 반복마다 호출이 하나뿐이면(모델 전체가 버킷 하나) 그 호출은 마지막 그래디언트가 준비되어야 시작할 수 있다:
     # 역전파와의 겹침은 이 입력으로는 잴 수 없다 (실패가 아니라 해당 없음)
-    single_call = all(len(it["calls"]) == 1 for rank in t for it in rank["iterations"])
+    def single_call() -> bool:
+        return all(len(it["calls"]) == 1 for rank in t for it in rank["iterations"])
+
     single_reason = ("반복마다 All-Reduce가 한 번뿐이라(모델 전체가 버킷 하나에 들어감) 그 호출은 마지막 그래디언트가 "
                      "준비된 뒤에야 시작할 수 있어 겹침을 잴 수 없음: bucket_cap_mb를 줄이거나 모델을 키워 호출을 둘 이상으로")
 
     def during():
-        if single_call:
+        if single_call():
             return not_applicable("reduced_during_backward", single_reason)
         worst = None
         for r, rank in enumerate(t):
@@ -235,7 +237,7 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
                           "(또는 cap보다 큰 텐서 하나)이고 호출 수가 cap을 지키는 규칙이 낼 수 있는 범위 안")
 
     def overlap():
-        if single_call:
+        if single_call():
             return not_applicable("launch_order", single_reason)
         ready = [sum(x < min((c["launch"] for c in it["calls"]), default=math.inf) for x in it["ready"])
                  for r in t for it in r["iterations"]]
