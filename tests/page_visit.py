@@ -248,3 +248,31 @@ def desktop_report(browser, base_url: str, site: Path, rel: str, shots: Path) ->
         contrast = page.evaluate(CONTRAST_JS, CONTRAST_SELECTOR) if dark else []
         page.screenshot(path=str(shots / site_server.screenshot_name(rel, "dark")))
     return PageReport(problems, empty, figures, received, violations, dark, contrast)
+
+
+@contextlib.contextmanager
+def watched_page(browser, site_url: str, site_root: Path, required: tuple[str, ...]) -> Iterator[object]:
+    """A desktop tab on the built site that records console errors, page errors and any request off
+    this machine in ``page.problems`` (the browser tests of quizzes and predictions assert it stays
+    empty); ``page.open(rel)`` loads a page of the site."""
+    for rel in required:
+        assert (site_root / rel).is_file(), f"빌드된 사이트에 {rel}가 없습니다 ({site_root}). 목차를 확인하세요."
+    context = browser.new_context(viewport=VIEWPORT, locale="ko-KR", service_workers="block")
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.problems = []
+    page.on("console", lambda m: page.problems.append(f"콘솔 오류: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.problems.append(f"페이지 오류: {e}"))
+
+    def route(r):
+        if urlsplit(r.request.url).hostname not in LOCAL_HOSTS:
+            page.problems.append(f"외부 요청: {r.request.url}")
+            return r.abort()
+        return r.continue_()
+
+    context.route("**/*", route)
+    page.open = lambda rel: page.goto(site_url + rel, wait_until="load")
+    try:
+        yield page
+    finally:
+        context.close()

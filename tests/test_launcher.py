@@ -384,6 +384,12 @@ def _idle(procs: list[psutil.Process], seconds: float = 1.0) -> bool:
         return False
 
 
+def _kill_session(sid: int) -> None:
+    for p in _session(sid):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
 def _wait_gone(sid: int, seconds: float) -> list[psutil.Process]:
     deadline = time.monotonic() + seconds
     while True:
@@ -413,9 +419,7 @@ def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how,
         out, err = launcher.communicate(timeout=60)
         left = _wait_gone(sid, 15)
     finally:
-        for p in _session(sid):
-            with contextlib.suppress(psutil.Error):
-                p.kill()
+        _kill_session(sid)
     assert not left, f"런처가 끝난 뒤에도 프로세스가 남았습니다: {describe(left)}"
     assert launcher.returncode == code, (launcher.returncode, err[-2000:])
     assert _temp_left(tmp_path) == [], f"TMPDIR에 남은 것: {_temp_left(tmp_path)}"
@@ -456,9 +460,7 @@ def test_a_grade_ended_by_sigterm_says_so_in_one_korean_line(tmp_path):
         out, err = launcher.communicate(timeout=60)
         left = _wait_gone(sid, 15)
     finally:
-        for p in _session(sid):
-            with contextlib.suppress(psutil.Error):
-                p.kill()
+        _kill_session(sid)
     assert not left, describe(left)
     assert launcher.returncode == 143, (launcher.returncode, err[-2000:])
     lines = [line for line in err.splitlines() if line.strip()]

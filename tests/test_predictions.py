@@ -16,12 +16,12 @@ import json
 import re
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from minibook import REPO, build, make_book  # noqa: E402
+from page_visit import watched_page  # noqa: E402
 from site_server import poll  # noqa: E402
 
 BOOK = REPO / "book"
@@ -278,27 +278,8 @@ _TEXT = "e => e.textContent.replace(/\\s+/g, ' ').trim()"
 
 @pytest.fixture
 def page(chromium, site_url, site_root):
-    for rel in (CH11, INTRO_PAGE):
-        assert (site_root / rel).is_file(), f"빌드된 사이트에 {rel}가 없습니다 ({site_root})."
-    context = chromium.new_context(viewport={"width": 1280, "height": 900}, locale="ko-KR", service_workers="block")
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.problems = []
-    page.on("console", lambda m: page.problems.append(f"콘솔 오류: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: page.problems.append(f"페이지 오류: {e}"))
-
-    def route(r):
-        if urlsplit(r.request.url).hostname not in ("127.0.0.1", "localhost"):
-            page.problems.append(f"외부 요청: {r.request.url}")
-            return r.abort()
-        return r.continue_()
-
-    context.route("**/*", route)
-    page.open = lambda rel: page.goto(site_url + rel, wait_until="load")
-    try:
-        yield page
-    finally:
-        context.close()
+    with watched_page(chromium, site_url, site_root, (CH11, INTRO_PAGE)) as tab:
+        yield tab
 
 
 @pytest.mark.timeout(300)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from labs import quiz
+from page_visit import watched_page
 from site_server import poll, serve
 
 from conftest import QUIZ_BANK
@@ -28,27 +28,8 @@ NOTE = "모든 GPU가 같은 모델의 복제본을 갖고 데이터만 나눠 �
 
 @pytest.fixture
 def page(chromium, site_url, site_root):
-    for rel in (CH8, CH9, INTRO):
-        assert (site_root / rel).is_file(), f"빌드된 사이트에 {rel}가 없습니다 ({site_root}). 목차에 8·9장이 있는지 확인하세요."
-    context = chromium.new_context(viewport={"width": 1280, "height": 900}, locale="ko-KR", service_workers="block")
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.problems = []
-    page.on("console", lambda m: page.problems.append(f"콘솔 오류: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: page.problems.append(f"페이지 오류: {e}"))
-
-    def route(r):
-        if urlsplit(r.request.url).hostname not in ("127.0.0.1", "localhost"):
-            page.problems.append(f"외부 요청: {r.request.url}")
-            return r.abort()
-        return r.continue_()
-
-    context.route("**/*", route)
-    page.open = lambda rel: page.goto(site_url + rel, wait_until="load")
-    try:
-        yield page
-    finally:
-        context.close()
+    with watched_page(chromium, site_url, site_root, (CH8, CH9, INTRO)) as tab:
+        yield tab
 
 
 def questions(name: str) -> int:
