@@ -93,9 +93,16 @@ def live_children(ignore: frozenset[int] = frozenset()) -> list[psutil.Process]:
                 continue
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if not _is_mp_helper(p):
+        if not _is_mp_helper(p) and not _is_browser(p):
             out.append(p)
     return out
+
+
+def _is_browser(p: psutil.Process) -> bool:
+    """The session's Chromium (and playwright's driver): it starts helper processes of its own at any
+    time, so a test that ran after a browser test in the same worker would see them as leftovers."""
+    cmd = _cmdline(p)
+    return "chromium" in cmd or "playwright" in cmd
 
 
 def wait_for_no_children(timeout: float = 5.0, ignore: frozenset[int] = frozenset()) -> list[psutil.Process]:

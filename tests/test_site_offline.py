@@ -392,3 +392,19 @@ def test_every_figure_on_the_site_draws_bundle_traces_only(site):
                 drawn |= {t.get("type", "scatter") for frame in frames for t in frame.get("data", [])}
     assert drawn, "사이트에서 plotly 그림을 하나도 찾지 못했습니다"
     assert drawn <= set(viz.BUNDLE_TRACES), f"묶음에 없는 trace 종류: {sorted(drawn - set(viz.BUNDLE_TRACES))}"
+
+
+def test_page_figures_are_compact_but_keep_what_they_draw():
+    import plotly.graph_objects as go
+
+    from labs import viz
+
+    fig = go.Figure(go.Heatmap(z=[[0.1234567891234, 2]], x=[6000016, 6000020]),
+                    frames=[go.Frame(name="f", data=[go.Heatmap(z=[[1.0000000001, 3]])])])
+    spec = viz._compact(fig)
+    assert spec["data"][0]["z"] == [[0.12345679, 2]] and spec["data"][0]["x"] == [6000016, 6000020]
+    assert spec["frames"][0]["data"][0]["z"] == [[1.0, 3]]
+    kept = set(spec["layout"]["template"]["data"])
+    assert kept == {"heatmap"}, kept  # 그리지 않는 종류의 기본값은 빠지고, 그리는 종류의 기본값(색 척도)은 남는다
+    scale = spec["layout"]["template"]["data"]["heatmap"][0]["colorscale"]
+    assert [color for _, color in scale] == [color for _, color in fig.layout.template.data.heatmap[0].colorscale]

@@ -242,7 +242,7 @@ def settle(ctx: RankContext) -> None:
 def reductions(counter: CollectiveCounter, origin_ns: int) -> list[dict]:
     """The process group's All-Reduce work items: elements, bytes, launch time (s from ``origin_ns``)."""
     out = []
-    for item in counter.items:
+    for item in counter.work:
         if item["op"] != "all_reduce" or (item["dtype"] == "int64" and item["numels"] == [END_MARK]):
             continue
         numel = sum(item["numels"])

@@ -159,6 +159,10 @@ def validate(params: dict, world_size: int) -> None:
     if b % world_size:
         raise LabConfigError(f"인자 global_batch: 전역 배치 B를 고정하는 방식은 랭크마다 B/N개를 주므로 N={world_size}로 "
                              f"나누어떨어져야 합니다. 받은 값: {b}. 예: global_batch={world_size * max(1, b // world_size)}")
+    if 2 * params["warmup_epochs"] > params["epochs"]:
+        raise LabConfigError(f"인자 warmup_epochs: 워밍업은 에폭 수의 절반 이하여야 (다)의 마지막 손실을 잴 수 있습니다. "
+                             f"받은 값: warmup_epochs={params['warmup_epochs']}, epochs={params['epochs']}. "
+                             f"예: warmup_epochs={params['epochs'] // 2}")
     if TRAIN_SIZE % b:
         raise LabConfigError(f"인자 global_batch: 한 프로세스의 에폭이 같은 크기의 스텝으로 나뉘도록 학습 데이터 "
                              f"{TRAIN_SIZE}개를 나누어야 합니다. 받은 값: {b}. 예: 24, 48, 120")
@@ -171,10 +175,12 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=2,
     chapter=4,
-    params={"global_batch": Int(48, min=1, max=1440, help="한 프로세스의 배치 = 전역 배치 B (N으로 나누어떨어지고 1440을 나누어야 함)"),
-            "lr": Float(0.04, min=0.0, max=10.0, min_open=True, help="한 프로세스의 학습률 η (SGD, 모멘텀 없음)"),
-            "epochs": Int(6, min=1, max=50, help="에폭 수 (세 방식 모두 같은 데이터를 같은 횟수만큼 본다)"),
-            "warmup_epochs": Int(1, min=0, max=50, help="선형 규칙의 워밍업 길이(에폭), 0이면 워밍업 없음"),
+    # 범위는 세 주장을 잴 수 있는 곳으로 좁혔다: 학습률이 너무 작거나 에폭이 너무 적으면 어느 방식도 거의 움직이지 않아
+    # (나)가 더 나쁘다는 것이 보이지 않고, 너무 크면 발산한다 (tests/test_params.py가 경계와 중간값을 실제로 돌린다)
+    params={"global_batch": Int(48, min=8, max=96, help="한 프로세스의 배치 = 전역 배치 B (N으로 나누어떨어지고 1440을 나누어야 함)"),
+            "lr": Float(0.04, min=0.02, max=0.05, help="한 프로세스의 학습률 η (SGD, 모멘텀 없음)"),
+            "epochs": Int(6, min=3, max=12, help="에폭 수 (세 방식 모두 같은 데이터를 같은 횟수만큼 본다)"),
+            "warmup_epochs": Int(1, min=0, max=2, help="선형 규칙의 워밍업 길이(에폭, 에폭 수의 절반 이하), 0이면 워밍업 없음"),
             "seed": seed(),
             "grad_reduce": Choice("mean", GRAD_REDUCE, help="DDP가 그래디언트를 평균(mean) 또는 일부러 합(sum)")},
     validate=validate,

@@ -12,6 +12,7 @@ import json
 import re
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 RANK_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D")
 WAITING_COLOR = "#9AA0A6"
@@ -66,6 +67,31 @@ def _page_figure(fig: go.Figure) -> tuple[go.Figure, str, dict[str, str]]:
     return page, title, frame_titles
 
 
+SIGNIFICANT_DIGITS = 8  # 그림 안의 수: 화면·마우스 설명에서 구별되는 것보다 많은 자리
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
+def _compact(fig: go.Figure) -> dict:
+    """The figure as plotly JSON for the page, lighter: numbers to eight significant digits, and the
+    template's per-trace defaults only for the trace types the figure draws (plotly's default template
+    carries them for every type, about 4 KB a figure)."""
+    spec = json.loads(fig.to_json())
+    template = spec.get("layout", {}).get("template", {})
+    if "data" in template:
+        used = trace_types(fig)
+        template["data"] = {kind: v for kind, v in template["data"].items() if kind in used}
+    return _rounded(spec)
+
+
 def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
     """Display ``fig`` for the static site and for live Jupyter.
 
@@ -80,8 +106,8 @@ def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
         raise ValueError(f"그림 {div_id}의 trace 종류 {sorted(missing)}는 사이트의 plotly.js 묶음에 없습니다: "
                          f"{sorted(BUNDLE_TRACES)} 중에서 고르세요.")
     page, title, frame_titles = _page_figure(fig)
-    body = page.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, auto_play=False,
-                        config={"responsive": True, "displaylogo": False, "displayModeBar": False})
+    body = pio.to_html(_compact(page), validate=False, full_html=False, include_plotlyjs=False, div_id=div_id,
+                       auto_play=False, config={"responsive": True, "displaylogo": False, "displayModeBar": False})
     title_id = f"{div_id}-title"
     script = (f"<script>{_FRAME_TITLES_JS.format(id=json.dumps(div_id), title_id=json.dumps(title_id), titles=json.dumps(frame_titles))}"
               "</script>") if frame_titles else ""
