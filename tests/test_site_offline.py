@@ -408,3 +408,16 @@ def test_page_figures_are_compact_but_keep_what_they_draw():
     assert kept == {"heatmap"}, kept  # 그리지 않는 종류의 기본값은 빠지고, 그리는 종류의 기본값(색 척도)은 남는다
     scale = spec["layout"]["template"]["data"]["heatmap"][0]["colorscale"]
     assert [color for _, color in scale] == [color for _, color in fig.layout.template.data.heatmap[0].colorscale]
+
+
+def test_figure_text_is_written_as_utf8_hangul_not_escapes():
+    import plotly.graph_objects as go
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from labs import viz
+
+    shell = InteractiveShell.instance()
+    with shell.builtin_trap, __import__("IPython.utils.capture", fromlist=["capture_output"]).capture_output() as out:
+        viz.show(go.Figure(go.Scatter(x=[0], y=[0], name="랭크 0 <b>", hovertext=["합계"])), "fig-utf8", alt="시험")
+    html = out.outputs[0].data["text/html"]
+    assert '"name":"랭크 0 \\u003cb\\u003e"' in html and "합계" in html and "\\uB7AD" not in html.upper().replace("\\U", "\\u")

@@ -109,8 +109,8 @@ def detail_reading(result) -> str:
     for fp in fingerprints(result):
         shape = f", 텐서 모양 {', '.join(fp['shapes'])}" if fp["shapes"] else ", 텐서 모양 없음"
         parts.append(f"랭크 {fp['rank']}: 순번 {fp['seq']}의 {fp['op']}{shape}")
-    if len(parts) < 2:
-        raise ValueError("DETAIL 예외 문장에서 두 랭크의 CollectiveFingerPrint를 읽지 못했습니다")
+    if not parts:  # 예외가 아니라 다른 끝(프로세스가 죽음 등): 읽을 지문이 없다. 확인 항목 outcome이 그것을 잡는다
+        return f"이번 실행에서는 랭크별 지문을 적은 예외 문장이 나오지 않았습니다(결과: {KIND_WORDS.get(measured(result).get('kind'), '?')})."
     return "이번 실행의 예외가 말하는 것 — " + "; ".join(parts) + "."
 
 
