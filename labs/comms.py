@@ -19,6 +19,9 @@ from torch.autograd.profiler import profile, record_function
 PROC_IO = Path("/proc/self/io")
 BACKEND_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
 MARK_PREFIX = "labs:"  # mark()로 남긴 표시: 집합 통신과 같은 시계로 잰 시각
+# 집합 통신을 부른 스레드에서 디스패처가 남기는 연산(c10d::allreduce_ 등): 부른 순간. 백엔드의 작업 항목
+# (gloo:all_reduce)은 gloo의 작업 스레드가 그 항목을 꺼내 실행을 시작한 순간에 찍힌다
+LAUNCH_PREFIX = "c10d::"
 # C++ type names the profiler reports for a work item's input, as torch dtype names.
 _PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64", "int": "int32",
                     "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool"}
@@ -44,8 +47,12 @@ class CollectiveCounter:
     ``items`` lists, in launch order, ``{"op": "broadcast", "numel": 16, "dtype": "float32"}``:
     the element count and dtype of each work item's first input tensor, as the profiler saw it (what
     the labs record). ``work`` lists the same items with the element counts of all input tensors
-    (``numels``: a coalesced call carries several) and the launch time ``start_ns`` (what the grader
-    times). ``marks`` lists ``(name, ns)`` for each :func:`mark` made inside the block, on the same clock.
+    (``numels``: a coalesced call carries several) and ``start_ns``, when the backend started running
+    it: gloo's worker threads take queued items one after another, so under load that can be well
+    after the call. ``launches`` lists ``(op, ns)`` for each call as the caller made it (the
+    dispatcher's ``c10d::allreduce_``, ``c10d::allreduce_coalesced_``, ``c10d::barrier`` … recorded
+    in the calling thread, whatever Python path led there), which is what the grader times.
+    ``marks`` lists ``(name, ns)`` for each :func:`mark` made inside the block, on the same clock.
     It uses the autograd profiler that ``torch.profiler.profile`` wraps: the same events, but it
     starts in milliseconds (``torch.profiler`` imports ``torch._inductor`` on first use).
     """
@@ -55,6 +62,7 @@ class CollectiveCounter:
         self.items: list[dict] = []
         self.work: list[dict] = []
         self.marks: list[tuple[str, int]] = []
+        self.launches: list[tuple[str, int]] = []
         self._prof = profile(use_cpu=True, record_shapes=True)
 
     def __enter__(self) -> "CollectiveCounter":
@@ -71,6 +79,8 @@ class CollectiveCounter:
         events = sorted((e for e in self._prof.kineto_results.events() if not e.is_hidden_event()),
                         key=lambda e: e.start_ns())
         self.marks = [(e.name(), e.start_ns()) for e in events if e.name().startswith(MARK_PREFIX)]
+        self.launches = [(e.name().removeprefix(LAUNCH_PREFIX).rstrip("_"), e.start_ns())
+                         for e in events if e.name().startswith(LAUNCH_PREFIX)]
         for event in (e for e in events if e.name().startswith(BACKEND_PREFIXES)):
             op = event.name().split(":", 1)[1]
             self.counts[op] += 1

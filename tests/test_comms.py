@@ -3,11 +3,18 @@ test makes itself, and DDP's bucketed All-Reduce launched from C++ (every gradie
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from conftest import clean_env
 from labs.comms import CollectiveCounter
 
 
@@ -45,3 +52,47 @@ def test_ddp_backward_reduces_every_gradient_element_once(group_of_one):
     assert len(reduced) >= 3 * 2  # 작은 bucket_cap_mb: 역전파마다 버킷이 여럿
     assert sum(item["numel"] for item in reduced) == 3 * elements
     assert {item["dtype"] for item in reduced} == {"float32"}
+
+
+LATE_PEER = '''
+import sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+from labs.comms import CollectiveCounter
+
+def rank_fn(rank, port, late_s):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    tensors = [torch.randn(1000) for _ in range(6)]
+    dist.barrier()
+    if rank == 1:
+        time.sleep(late_s)  # 랭크 1이 늦게 온다: 랭크 0의 gloo 작업 스레드 둘은 처음 두 항목에 묶인다
+    with CollectiveCounter() as counter:
+        for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
+            work.wait()
+    if rank == 0:
+        first = counter.launches[0][1]
+        print([op for op, _ in counter.launches])
+        print([(ns - first) * 1e-9 for _, ns in counter.launches])
+        print([(item["start_ns"] - first) * 1e-9 for item in counter.work])
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(rank_fn, args=(int(sys.argv[1]), float(sys.argv[2])), nprocs=2)
+'''
+
+
+def test_launches_are_when_the_caller_called_not_when_gloo_ran_it(tmp_path):
+    """``launches`` are the calls' moments in the caller's thread; gloo's work items start when one of its
+    two worker threads is free, which with a late peer is long after the call (what the grader must not time)."""
+    script = tmp_path / "late_peer.py"
+    script.write_text(LATE_PEER, encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    late = 0.5
+    repo = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run([sys.executable, str(script), str(port), str(late)], capture_output=True, text=True,
+                         timeout=120, env=clean_env(PYTHONPATH=repo), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ops, launches, starts = (json.loads(line.replace("'", '"')) for line in out.stdout.strip().splitlines()[-3:])
+    assert ops == ["allreduce"] * 6
+    assert max(launches) < late / 2                      # 여섯 번 모두 부른 그 순간에 기록된다
+    assert len(starts) == 6 and min(starts[2:]) > late / 2  # gloo는 셋째 항목부터 늦은 랭크가 온 뒤에야 실행한다

@@ -220,8 +220,8 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
         worst = None
         for r, rank in enumerate(t):
             for i, it in enumerate(rank["iterations"]):
-                inside = sum(c["launch"] < 0 for c in it["calls"])
-                late = len(it["calls"]) - inside
+                inside = sum(t < 0 for t in it["launches"])
+                late = len(it["launches"]) - inside
                 if (inside == 0 or late > 1) and worst is None:
                     worst = f"반복 {i + 1}, 랭크 {r}: 역전파 중 시작 {inside}번, 역전파가 끝난 뒤 시작 {late}번"
         return check_true("reduced_during_backward", worst is None, worst or "모든 반복에서 역전파 중에 시작",
@@ -239,7 +239,7 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
     def overlap():
         if single_call():
             return not_applicable("launch_order", single_reason)
-        ready = [sum(x < min((c["launch"] for c in it["calls"]), default=math.inf) for x in it["ready"])
+        ready = [sum(x < min(it["launches"], default=math.inf) for x in it["ready"])
                  for r in t for it in r["iterations"]]
         return check_at_most("launch_order", max(ready) if ready else None, len(t[0]["numels"]) - 1,
                              "첫 All-Reduce가 모든 그래디언트가 준비되기 전에 시작된다(그때까지 준비된 그래디언트 수의 "

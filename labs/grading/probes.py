@@ -11,8 +11,8 @@ the parent where the reader's code cannot reach its thresholds:
   gradient at the same weights), this rank's own gradient and the previous iteration's oracle; how
   much ``p.grad`` still changed after that return (every rank but 0 starts late, so a reduction
   nobody waited on cannot have finished); and what the process group did (the profiler's work items,
-  whatever call path issued them) with their launch times next to the moments each gradient became
-  ready and backward returned.
+  whatever call path issued them) and the moments the reader's code called each All-Reduce, next to
+  the moments each gradient became ready and backward returned.
 - ``frozen`` / ``tied``: elements reduced per iteration for a model with a frozen first layer and
   for two layers sharing one weight.
 
@@ -239,8 +239,8 @@ def settle(ctx: RankContext) -> None:
     dist.barrier()
 
 
-def reductions(counter: CollectiveCounter, origin_ns: int) -> list[dict]:
-    """The process group's All-Reduce work items: elements, bytes, launch time (s from ``origin_ns``)."""
+def reductions(counter: CollectiveCounter) -> list[dict]:
+    """The process group's All-Reduce work items (the end-of-iteration marker left out): elements, bytes."""
     out = []
     for item in counter.work:
         if item["op"] != "all_reduce" or (item["dtype"] == "int64" and item["numels"] == [END_MARK]):
@@ -248,16 +248,21 @@ def reductions(counter: CollectiveCounter, origin_ns: int) -> list[dict]:
         numel = sum(item["numels"])
         dtype = getattr(torch, item["dtype"], None)
         size = dtype.itemsize if isinstance(dtype, torch.dtype) else 4
-        out.append({"numel": numel, "bytes": numel * size, "launch": (item["start_ns"] - origin_ns) * 1e-9})
+        out.append({"numel": numel, "bytes": numel * size})
     return out
 
 
+def reduction_launches(counter: CollectiveCounter, origin_ns: int) -> list[float]:
+    """When each All-Reduce was called (s from ``origin_ns``), in the caller's thread: the moment the
+    reader's code asked for it, not when gloo's worker thread got to it. The last call of the block is
+    :func:`settle`'s marker."""
+    return [(ns - origin_ns) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1]
+
+
 def _iteration_calls(counter: CollectiveCounter) -> dict:
-    """Launches and gradient-ready moments, in seconds from the moment backward returned."""
-    end = next((ns for name, ns in counter.marks if name == BACKWARD_END), None)
-    if end is None:
-        return {"calls": reductions(counter, 0), "ready": [], "measured": False}
-    return {"calls": reductions(counter, end), "measured": True,
+    """The calls' sizes; launches and gradient-ready moments in seconds from the moment backward returned."""
+    end = next(ns for name, ns in counter.marks if name == BACKWARD_END)
+    return {"calls": reductions(counter), "launches": reduction_launches(counter, end),
             "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY]}
 
 
@@ -347,7 +352,7 @@ def _elements_per_iteration(ctx: RankContext, cls: type, cfg: dict, model: nn.Mo
             wrapped.finish_gradient_synchronization()
             settle(ctx)
         opt.step()
-        elements.append(sum(call["numel"] for call in reductions(counter, 0)))
+        elements.append(sum(call["numel"] for call in reductions(counter)))
     return elements
 
 

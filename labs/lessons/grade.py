@@ -52,7 +52,7 @@ LAB = Lab(
             "bucket_cap_mb": Float(0.008, min=0.0, max=1024.0, min_open=True, help="버킷 클래스에 줄 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),
             "per_rank_batch": Int(4, min=1, max=256, help="랭크당 배치 B/N"),
-            "width": Int(32, min=2, max=128, help="채점 모델의 층 너비 (넓으면 gloo 작업이 밀려 시작 시각으로 겹침을 잴 수 없다)"),
+            "width": Int(32, min=2, max=128, help="채점 모델의 층 너비 (512·배치 256·20스텝이면 AdamW가 합 순서의 반올림 차이를 허용 오차 너머로 키운다)"),
             "depth": Int(6, min=2, max=32, help="채점 모델의 층 수"),
             "seed": seed()},
     record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host", "classes",
