@@ -80,7 +80,7 @@ def test_rings_agree_with_library_on_odd_sizes(runs):
     ("1M 8M", {"bandwidth_grows_with_size", "cost_model_fits"}),  # 작은 크기가 없다
     ("4K 16K 256K", {"bandwidth_grows_with_size", "cost_model_fits", "pipelined_vs_library"}),  # 큰 크기가 없다
     ("4K 32K 1M 8M", set()),
-    ("4K 32K 1M 4M", {"pipelined_vs_library"}),  # 청크마다 세그먼트가 둘이 되는 크기가 없다
+    ("4K 32K 1M 4M", {"pipelined_vs_library", "cost_model_fits"}),  # 세그먼트 둘인 청크도, α의 여러 배인 크기도 없다
 ])
 def test_user_sizes_never_fail(sizes, expect_n_a):
     """A user's own size list is measured and reported; checks whose premise it lacks are n/a."""
