@@ -96,6 +96,9 @@ GRAD_CAUSES = {
     "stale": ("p.grad가 지난 반복의 평균 그래디언트입니다: 버킷 버퍼에 이번 그래디언트를 복사하지 않았거나, 지난 반복의 결과를 "
               "되돌려 썼습니다.",
               "훅에서 이번 p.grad를 버퍼에 복사하고, 기다린 뒤 버퍼에서 p.grad로 되돌려 쓰세요"),
+    "wrong_op": ("p.grad가 랭크들의 그래디언트를 원소마다 {op}로 모은 값(또는 그것을 N으로 나눈 값)입니다: All-Reduce의 op가 "
+                 "합(SUM)이 아닙니다. 평균은 합을 N으로 나눈 것입니다.",
+                 "dist.all_reduce(tensor)의 op를 기본값 dist.ReduceOp.SUM으로 두고, 받은 뒤 N으로 나누세요"),
     "wrong": ("p.grad가 평균 그래디언트와 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것, 지난 반복)과도 맞지 않습니다.",
               "버퍼의 어느 조각이 어느 파라미터인지(순서, view 모양)를 확인하세요"),
 }
@@ -192,7 +195,8 @@ def cause_text(cls: dict, check: str) -> tuple[str, str]:
             return (f"이 파라미터들만 p.grad가 이 랭크 자신의 그래디언트 그대로입니다: {', '.join(cause['params'])}. "
                     "나머지는 평균이 맞으므로, 이 파라미터들이 훅이나 버킷에서 빠졌습니다.",
                     "훅을 거는 목록과 버킷에 넣는 목록이 학습하는 모든 파라미터를 담는지 보세요")
-        return GRAD_CAUSES[cause["cause"]]
+        why, where = GRAD_CAUSES[cause["cause"]]
+        return why.format(op=cause.get("op")), where
     _, why, where = HINTS[check]
     return why, where
 

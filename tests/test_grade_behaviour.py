@@ -17,7 +17,8 @@ import pytest
 
 import labs
 from conftest import clean_env, has_hangul
-from labs.grader import GradeInputError, diagnosis, report
+from labs.grader import GRAD_CAUSES, GradeInputError, diagnosis, report
+from labs.grading.judge import GRAD_CAUSE_NAMES
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -155,6 +156,44 @@ class FutureChain(_Base):
     def finish_gradient_synchronization(self):
         torch.futures.wait_all(self.works)
         self.works.clear()
+
+
+class TensorHooks(_Base):
+    """p.register_hook on the parameter itself: reduces a copy of the incoming gradient, copies it back in finish."""
+
+    def __init__(self, module):
+        super().__init__(module)
+        for p in self.params:
+            p.register_hook(lambda grad, p=p: self._hook(p, grad))
+
+    def _hook(self, p, grad):
+        copy = grad.detach().clone()
+        self.works.append((p, copy, dist.all_reduce(copy, async_op=True)))
+        return grad
+
+    def finish_gradient_synchronization(self):
+        for p, copy, work in self.works:
+            work.wait()
+            p.grad.copy_(copy / self.n)
+        self.works.clear()
+
+
+class PreDivided(_Base):
+    """Divides by N in the hook before the sum, as torch's reducer does (an extra optional argument)."""
+
+    def __init__(self, module, process_group=None):
+        super().__init__(module)
+        self.group = process_group or dist.group.WORLD
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._hook)
+
+    def _hook(self, p):
+        p.grad.div_(dist.get_world_size(self.group))
+        self.works.append(dist.all_reduce(p.grad, group=self.group, async_op=True))
+
+    def finish_gradient_synchronization(self):
+        while self.works:
+            self.works.pop().wait()
 '''
 
 BUGS = BASE + '''
@@ -216,6 +255,18 @@ class UnwaitedFuture(_PerParameter):
         self.works.clear()                   # 이은 퓨처를 기다리지 않는다
 
 
+class MaxReduced(_PerParameter):
+    def _hook(self, p):
+        self.works.append((p, dist.all_reduce(p.grad, op=dist.ReduceOp.MAX, async_op=True)))  # SUM이 아니라 MAX
+
+
+class HooksEveryForward(_PerParameter):
+    def forward(self, *args, **kwargs):
+        for p in self.hooked():              # 순전파마다 훅을 또 건다: 반복마다 호출이 는다
+            p.register_post_accumulate_grad_hook(self._hook)
+        return super().forward(*args, **kwargs)
+
+
 class BuffersForgotten(_PerParameter):
     def __init__(self, module):
         super().__init__(module, buffers=False)
@@ -246,6 +297,8 @@ EXPECTED = {
     "MissingHook": ("grads_averaged", "not_reduced"),
     "RaisesInFinish": ("runs_without_error", "AttributeError"),
     "UnwaitedFuture": ("handles_waited", "p.grad가"),
+    "MaxReduced": ("grads_averaged", "원소마다 MAX로 모은 값"),
+    "HooksEveryForward": ("collectives_per_iteration", "반복마다 호출이 늘어남"),
     "BuffersForgotten": ("buffers_broadcast", "running_mean"),
     "CapInElements": ("collectives_per_iteration", "원소 수"),
     "BarrierOnOneRank": ("same_collectives_on_ranks", "랭크 0: BARRIER"),
@@ -285,6 +338,10 @@ def test_every_bug_gets_its_real_cause(bugs, bug):
     assert diagnosis(bugs, bug) == check, report(bugs)
     text = report(bugs).split("채점: 클래스 ")[[c["name"] for c in bugs.data["classes"]].index(bug) + 1]
     assert words in text and f"가장 가능성 높은 원인 ({check})" in text, text
+
+
+def test_every_gradient_cause_has_its_explanation():
+    assert set(GRAD_CAUSE_NAMES) == set(GRAD_CAUSES)
 
 
 def test_missing_hook_names_the_parameter(bugs):

@@ -28,7 +28,8 @@ PROBE_OF = {"broadcast_at_construction": "broadcast", "buffers_broadcast": "broa
 PROBE_NAMES = {"broadcast": "버퍼가 있는 모델을 감쌀 때", "train": "학습 반복에서", "frozen": "얼린 파라미터가 있는 모델에서",
                "tied": "가중치를 공유하는 모델에서"}
 # 그래디언트가 기준과 다를 때의 원인 (judge가 고르고 grader.GRAD_CAUSES가 설명한다)
-GRAD_CAUSE_NAMES = ("missing", "not_reduced", "not_divided", "divided_twice", "stale_handles", "stale", "wrong")
+GRAD_CAUSE_NAMES = ("missing", "not_reduced", "not_divided", "divided_twice", "stale_handles", "stale", "wrong_op",
+                    "wrong")
 
 
 def _power(ratio: float, n: int) -> int | None:
@@ -56,6 +57,8 @@ def grad_cause(g: dict, n: int, iteration: int) -> str:
         return "stale_handles" if iteration > 0 else "divided_twice"
     if g["prev_err"] is not None and g["prev_err"] <= GRAD_RTOL:
         return "stale"
+    if n > 1 and min(g["op_err"].values()) <= GRAD_RTOL:
+        return "wrong_op"
     return "wrong"
 
 
@@ -70,8 +73,10 @@ def first_bad_grads(train: list[dict], n: int) -> dict | None:
             if bad:
                 cause = max((causes[i] for i in bad), key=lambda c: sum(causes[i] == c for i in bad))
                 ratio = grads[bad[0]].get("local_ratio" if cause == "not_reduced" else "ratio")
+                op_err = grads[bad[0]].get("op_err") or {}
                 return {"iteration": t, "rank": rank, "cause": cause, "params": [names[i] for i in bad],
-                        "all": len(bad) == len(grads), "ratio": ratio}
+                        "all": len(bad) == len(grads), "ratio": ratio,
+                        "op": min(op_err, key=op_err.get) if cause == "wrong_op" else None}
     return None
 
 
@@ -112,6 +117,9 @@ def layout_check(train: list[dict], bucketed: bool, cap_mb: float) -> tuple[bool
     elements = [sum(c["numel"] for c in it["calls"]) for it in rec["iterations"]]
     trainable, sizes = sum(rec["numels"]), rec["sizes"]
     shown = f"반복별 호출 수 {[len(c) for c in per_iteration]}, 원소 {elements}개(학습 파라미터 {trainable}개)"
+    counts = [len(c) for c in per_iteration]
+    if len(counts) > 1 and all(a < b for a, b in zip(counts, counts[1:])):
+        return False, f"{shown}: 반복마다 호출이 늘어남(순전파나 반복마다 훅을 또 걸고 있지 않은지)"
     if any(e > trainable for e in elements):
         return False, f"{shown}: 같은 원소를 한 반복에 두 번 이상 All-Reduce함"
     if any(c != per_iteration[0] for c in per_iteration):

@@ -8,7 +8,8 @@ the parent where the reader's code cannot reach its thresholds:
 - ``train``: K steps of SGD (measured) and of AdamW, next to torch DDP and one process on the global
   batch. In every SGD iteration, on every rank: each ``p.grad`` right after
   ``finish_gradient_synchronization()`` returns, fitted against the oracle (the global-batch mean
-  gradient at the same weights), this rank's own gradient and the previous iteration's oracle; how
+  gradient at the same weights), this rank's own gradient, the ranks' own gradients combined by
+  another reduce op (MAX, MIN, PRODUCT) and the previous iteration's oracle; how
   much ``p.grad`` still changed after that return (every rank but 0 starts late, so a reduction
   nobody waited on cannot have finished); and what the process group did (the profiler's work items,
   whatever call path issued them) and the moments the reader's code called each All-Reduce, next to
@@ -217,17 +218,25 @@ def _fit(g: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return r, _rel(g, r * b)
 
 
-def compare_grad(g, oracle, local, previous) -> dict:
-    """One ``p.grad`` against the global-batch mean, this rank's own gradient and the last iteration's mean."""
+# 합(SUM) 대신 다른 op로 All-Reduce했을 때 나오는 값: 랭크들의 그래디언트를 원소마다 이 op로 모은 것
+OTHER_OPS = {"MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
+
+
+def compare_grad(g, oracle, ranks_own: list, rank: int, previous) -> dict:
+    """One ``p.grad`` against the global-batch mean, each rank's own gradient (``ranks_own``, this rank's
+    at ``rank``) combined by another reduce op, and the last iteration's mean."""
     if g is None:
         return {"none": True}
     if g.numel() != oracle.numel():
         return {"none": False, "shape": list(g.shape)}
-    g, oracle, local = (t.reshape(-1).double() for t in (g, oracle, local))
+    g, oracle = g.reshape(-1).double(), oracle.reshape(-1).double()
+    own = torch.stack([t.reshape(-1).double() for t in ranks_own])
     ratio, res = _fit(g, oracle)
-    local_ratio, local_res = _fit(g, local)
+    local_ratio, local_res = _fit(g, own[rank])
+    n = len(ranks_own)
     return {"none": False, "err": _rel(g, oracle), "ratio": ratio, "res": res, "local_ratio": local_ratio,
             "local_res": local_res,
+            "op_err": {op: min(_rel(g, combine(own)), _rel(g, combine(own) / n)) for op, combine in OTHER_OPS.items()},
             "prev_err": None if previous is None else _rel(g, previous.reshape(-1).double())}
 
 
@@ -312,7 +321,8 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
             everyone = rank_batch(x, y, 0, 1, n * per_rank, step)  # 전역 배치 전체
             if measured:
                 oracle.load_state_dict(model.state_dict())  # 지금의 가중치에서 잰 기준 그래디언트
-                target, local = _oracle_grads(oracle, *everyone), _oracle_grads(oracle, *mine)
+                target = _oracle_grads(oracle, *everyone)
+                own = [_oracle_grads(oracle, *rank_batch(x, y, r, n, per_rank, step)) for r in range(n)]  # 랭크마다 자기 것
                 if ctx.rank > 0:
                     time.sleep(STAGGER_S)
             with CollectiveCounter() as counter:
@@ -326,8 +336,8 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
                 after = [float((a - s).abs().max()) for a, s in zip(at_return, settled) if a is not None and s is not None]
                 out["iterations"].append({
                     **_iteration_calls(counter), "changed_after": max(after, default=0.0),
-                    "grads": [compare_grad(g, o, l, None if previous is None else previous[i])
-                              for i, (g, o, l) in enumerate(zip(at_return, target, local))]})
+                    "grads": [compare_grad(g, o, [r[i] for r in own], ctx.rank, None if previous is None else previous[i])
+                              for i, (g, o) in enumerate(zip(at_return, target))]})
                 previous = target
             mse_backward(ddp, *mine)
             mse_backward(single, *everyone)
