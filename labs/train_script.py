@@ -268,10 +268,9 @@ def global_mean(loss_sum: torch.Tensor, count: int, device: torch.device) -> flo
     dist.all_reduce(totals)
     return (totals[0] / totals[1]).item()
 
-@torch.no_grad()
+@torch.no_grad()  # 평가: 그래디언트 그래프를 만들지 않는다
 def count_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
-    with torch.no_grad():  # 평가: 그래디언트 그래프를 만들지 않는다
-        return int((model(x).argmax(dim=1) == y).sum())
+    return int((model(x).argmax(dim=1) == y).sum())
 
 
 def evaluate(model: nn.Module, dataset: TensorDataset, ctx: RankContext) -> tuple[int, int]:

@@ -173,12 +173,25 @@ def test_outcome_checks_fail_when_the_bug_stops_failing():
         checks = traps.outcome_checks(trap, {"kind": "ok"}, "gloo")
         assert not checks[0].ok
     detail = traps.outcome_checks("partial_collective", {"kind": "error", "message": "other", "debug": "DETAIL"}, "gloo")
-    assert [c.ok for c in detail] == [True, False]
+    assert [c.ok for c in detail] == [True, False, False]
     plain = traps.outcome_checks("partial_collective", {"kind": "crash", "stderr": ""}, "gloo")
     assert [c.ok for c in plain] == [True, False]
     hang = traps.outcome_checks("eval_rank0", {"kind": "hang", "where": {0: "집합 통신 밖에서 멈춤 (x)", 1: "집합 통신에서 …"}},
                                 "gloo")
     assert [c.ok for c in hang] == [True, False]
+
+
+def test_detail_reading_order_is_what_10_5_reads():
+    # 10.5절의 읽는 법: 예외를 낸 랭크의 지문, 다른 랭크의 지문, 다른 점. 문장이 달라지면 확인이 실패한다
+    fp = "Rank {} is running collective: CollectiveFingerPrint(SequenceNumber={}, OpType={})"
+    message = (f"{traps.MISMATCH_PHRASE}. {fp.format(1, 4, 'ALLREDUCE')}, but {fp.format(0, 0, 'GATHER')}."
+               f"{traps.DIFFER_PHRASE}: Sequence number: 4vs 0")
+    read = lambda m, rank: traps.outcome_checks(  # noqa: E731
+        "partial_collective", {"kind": "error", "message": m, "debug": "DETAIL", "rank": rank}, "gloo")[2]
+    assert read(message, 1).ok
+    assert not read(message, 0).ok  # 예외를 낸 랭크의 지문이 먼저가 아니다
+    assert not read(message.replace(traps.DIFFER_PHRASE, "x"), 1).ok  # 다른 점을 적은 줄이 없다
+    assert not read(message.replace("Rank 0 is", "Rank 1 is"), 1).ok  # 상대 랭크의 지문이 없다
 
 
 # ----------------------------------------------------------------------------- 7. lr scaling

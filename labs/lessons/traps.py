@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,9 @@ UNUSED_PHRASE = "Expected to have finished reduction in the prior iteration"
 SHAPE_PHRASE = "appears not to match sizes of the same param in process"
 MISMATCH_PHRASE = "Detected mismatch between collectives on ranks"
 GLOO_SIZE_PHRASE = "Received data size doesn't match expected size"
+DIFFER_PHRASE = "Collectives differ in the following aspects"
+# DETAIL의 예외 문장이 지문마다 적는 랭크 번호: 10.5절은 "예외를 낸 랭크의 지문, 상대의 지문, 다른 점" 순서로 읽는다
+FINGERPRINT_RANK = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint")
 
 
 def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -422,7 +426,7 @@ def lr_scaling_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     torch.manual_seed(p["seed"])
     model = tiny_mlp()
     baseline = None
-    if ctx.rank == 0:  # 기준: 한 프로세스, 배치 B/N, 학습률 η (다른 랭크를 기다리지 않는다)
+    if ctx.rank == 0:  # 기준: 한 프로세스, 배치 b, 학습률 η (다른 랭크를 기다리지 않는다)
         single = tiny_mlp()
         single.load_state_dict(model.state_dict())
         baseline = _train_epochs(single, x, y, p, 1, 0, "bug")
@@ -448,7 +452,7 @@ def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
                                      "손실에 드러나지 않는다(에폭·samples를 줄이거나 η를 키우세요)"))
     elif variant == "bug":
         checks.append(check_at_least("final_loss_vs_single", ratio, 1.2,
-                                     f"η를 그대로 두면 같은 에폭 뒤 손실이 한 프로세스(배치 B/N)보다 크다: 스텝이 {n}배 적다(손실 비율)"))
+                                     f"η를 그대로 두면 같은 에폭 뒤 손실이 한 프로세스(배치 b)보다 크다: 스텝이 {n}배 적다(손실 비율)"))
     else:
         checks.append(check_close("final_loss_vs_single", ratio, 1.0, 0.15,
                                   f"η를 {n}배로 키우고 워밍업하면 같은 에폭 뒤 손실이 한 프로세스와 비슷하다(손실 비율)"))
@@ -615,6 +619,13 @@ def exception_message(traceback_text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _reading_order(message: str, raising_rank) -> bool:
+    """The DETAIL message names the raising rank's fingerprint, then another rank's, then what differs."""
+    ranks = [int(r) for r in FINGERPRINT_RANK.findall(message)]
+    return (len(ranks) == 2 and ranks[0] == raising_rank and ranks[1] != ranks[0]
+            and message.find(DIFFER_PHRASE) > message.rfind("CollectiveFingerPrint"))
+
+
 def outcome_checks(trap: str, outcome: dict, backend: str) -> list:
     """What the bug must do, read from what the launcher saw."""
     kind, message, where = outcome["kind"], outcome.get("message", ""), outcome.get("where", {})
@@ -625,7 +636,11 @@ def outcome_checks(trap: str, outcome: dict, backend: str) -> list:
     if trap == "partial_collective" and outcome.get("debug") == "DETAIL":
         return [check_equal("outcome", kind, "error", "DETAIL 모드에서는 짝이 안 맞는 집합 통신이 예외가 된다(결과 종류)"),
                 check_true("mismatch_message", MISMATCH_PHRASE in message and "ALLREDUCE" in message,
-                           outcome.get("rank"), f"예외 문장이 '{MISMATCH_PHRASE}'와 연산 종류를 밝힌다(예외를 낸 랭크)")]
+                           outcome.get("rank"), f"예외 문장이 '{MISMATCH_PHRASE}'와 연산 종류를 밝힌다(예외를 낸 랭크)"),
+                check_true("fingerprints_in_reading_order", _reading_order(message, outcome.get("rank")),
+                           [int(r) for r in FINGERPRINT_RANK.findall(message)],
+                           "예외 문장이 예외를 낸 랭크의 지문, 다른 랭크의 지문, 다른 점의 순서로 적는다"
+                           "(10.5절의 읽는 법; 지문에 적힌 랭크 번호)")]
     if trap == "partial_collective":
         checks = [check_true("not_finished", kind in ("crash", "hang", "error"), kind,
                              "짝이 안 맞는 all_reduce로는 학습이 정상적으로 끝나지 않는다(결과 종류)")]

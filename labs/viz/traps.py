@@ -118,7 +118,7 @@ def lr_scaling_figure(bug, fix) -> go.Figure:
     n = bug.world_size
     epochs = list(range(len(measured(bug)["curve"])))
     fig = go.Figure()
-    fig.add_scatter(x=epochs, y=measured(bug)["baseline"], name="한 프로세스, 배치 B/N, η", mode="lines+markers",
+    fig.add_scatter(x=epochs, y=measured(bug)["baseline"], name="한 프로세스, 배치 b, η", mode="lines+markers",
                     line={"color": "#222", "dash": "dot"})
     fig.add_scatter(x=epochs, y=measured(bug)["curve"], name=f"N={n}, η 그대로", mode="lines+markers",
                     line={"color": rank_color(3)})
