@@ -21,10 +21,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 # finding → what must not be said again (regular expressions over normalized text)
 FINDINGS = {
-    "H1 같은 학습률(전역 배치 조건 없이)": [r"GPU 수를 바꿔도 같은 학습률", r"GPU 수와 상관없이 같은 학습률"],
-    "M1 버퍼 브로드캐스트가 no_grad와 상관없다": [r"no_grad\(\)와 상관없이 일어납니다", r"no_grad\(\)와 상관없습니다"],
-    "M2 페이지에 없는 DETAIL 출력을 읽기": [r"TensorShape가 \[2\]\(손실과 개수\)", r"TensorShape=\[2\]와 \[8, 4\]가 나란히"],
-    "M3 GPU에서 겹침이 공짜": [r"겹친 만큼 실제로 숨습니다"],
+    "H1 같은 학습률(전역 배치 조건 없이)": [r"GPU 수를 바꿔도 같은 학습률", r"GPU 수와 상관없이 같은 학습률",
+                                     r"GPU 수를 바꿀 때마다 (?:\{term\})?학습률", r"학습률[^.]{0,40}그대로 쓸 수 있"],
+    "M1 버퍼 브로드캐스트가 no_grad와 상관없다": [r"no_grad\(\)와 상관없이 일어납니다", r"no_grad\(\)와 상관없습니다",
+                                          r"broadcast_buffers=True(?:\(기본값\))?이고"],
+    "M2 페이지에 없는 DETAIL 출력을 읽기": [r"TensorShape가 \[2\]\(손실과 개수\)", r"TensorShape=\[2\]와 \[8, 4\]가 나란히",
+                                     r"SequenceNumber가 같은 자리에서"],
+    "M3 GPU에서 겹침이 공짜": [r"겹친 만큼 실제로 숨습니다", r"계산은 SM이, 통신은 NCCL이"],
     "M4 CPU 측정으로 언어 차이를 일반화": [r"코드의 언어가 아니라 호출 수와 겹침"],
     "M5 DataLoader 작업자 시드 조언": [r"worker_init_fn이나 generator로 작업자마다도"],
     "M6 NCCL은 짝이 안 맞으면 멈출 뿐": [r"NCCL에서는 같은 버그가 멈춤으로 나타나고"],
@@ -32,7 +35,7 @@ FINDINGS = {
 
 
 # A finding's sentence is fine with its condition stated just before it (the same global batch B).
-CONDITIONS = {"H1 같은 학습률(전역 배치 조건 없이)": r"전역 배치 \$?\s*B\s*\$?\s*가 (?:같|그대로)|B\s*가 같은 동안"}
+CONDITIONS = {"H1 같은 학습률(전역 배치 조건 없이)": r"(?:전역 배치 )?\$?\s*B\s*\$?\s*가 (?:같|그대로)|B\s*가 같은 동안"}
 CONDITION_WINDOW = 60
 
 
@@ -117,9 +120,34 @@ def test_each_finding_is_caught_in_the_form_the_review_quoted(finding):
     assert hits and all(finding in h for h in hits)
 
 
+# 검토가 인용한 다른 자리의 문장들(3.1·12.4의 합 문장, 4.2와 4장 정리, 10장 퀴즈, 10.5, 8.6)도 돌아오면 잡힌다
+OTHER_FORMS = {
+    "H1 같은 학습률(전역 배치 조건 없이)": [
+        "합 $\\sum_i g_i$를 쓰면 그래디언트가 $N$배가 되어, GPU 수를 바꿀 때마다 {term}`학습률`(learning rate)을 다시 맞춰야 합니다.",
+        "그래서 단일 GPU에서 배치 $B$에 맞춰 둔 {term}`학습률`(learning rate) $\\eta$를 그대로 쓸 수 있습니다.",
+        "그래서 단일 GPU의 학습률을 그대로 쓸 수 있고, 합을 쓰면 스텝이 $N$배 커집니다."],
+    "M1 버퍼 브로드캐스트가 no_grad와 상관없다": [
+        "`DDP.forward`는 `broadcast_buffers=True`(기본값)이고 버퍼가 있으면 순전파 앞에서 broadcast합니다.",
+        "`broadcast_buffers=True`이고 버퍼가 있으면 `DDP.forward`가 순전파 앞에서 `_sync_buffers`를 부릅니다."],
+    "M2 페이지에 없는 DETAIL 출력을 읽기": [
+        "두 랭크의 `SequenceNumber`가 같은 자리에서 `TensorShape`가 다릅니다."],
+    "M3 GPU에서 겹침이 공짜": [
+        "GPU에서는 계산은 SM이, 통신은 `NCCL`이 별도의 CUDA 스트림과 NVLink로 처리하므로 실제로 동시에 진행됩니다."],
+}
+
+
+@pytest.mark.parametrize("finding,sentence", [(f, s) for f, forms in OTHER_FORMS.items() for s in forms])
+def test_other_quoted_forms_are_caught(finding, sentence):
+    hits = findings_in({"quoted.md": sentence})
+    assert hits and all(finding in h for h in hits)
+
+
 def test_the_condition_clears_the_learning_rate_sentence():
     stated = "그래서 전역 배치 $B$가 그대로이면 GPU 수를 바꿔도 같은 학습률을 쓸 수 있습니다."
     assert findings_in({"ok.md": stated}) == []
+    kept = ("그래서 전역 배치 $B$가 그대로인 한, 단일 GPU에서 배치 $B$에 맞춰 둔 {term}`학습률`(learning rate) $\\eta$를 "
+            "GPU 수와 상관없이 그대로 쓸 수 있습니다.")
+    assert findings_in({"ok.md": kept}) == []
     assert findings_in({"bad.md": "그래서 GPU 수를 바꿔도 같은 학습률을 쓸 수 있습니다."})
 
 
