@@ -5,8 +5,8 @@
   that mentions one says what happens in a sentence and links the label with ``{ref}``.
 - Names from PyTorch's source (``_rebuild_buckets``, ``div_factor_``, ...) appear in the markdown only
   inside a "소스에서 보기" aside (``:::{admonition} 소스에서 보기`` with ``:class: dropdown source-aside``).
-- No prose sentence is longer than 150 characters (code, tables, math, headings and directive
-  options are not prose; a sentence ends at . ? ! before white space).
+- No prose sentence is longer than 150 characters, spaces included (code, tables, math, headings and
+  directive options are not prose, nor are link targets; a sentence ends at . ? ! before white space).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ _VERBATIM = {"literalinclude", "code-block", "code", "code-cell", "list-table", 
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _SENTENCE_END = re.compile(r"(?<=[.?!])[\"'”’)*_]*(?=\s|$)")
 _LABEL = re.compile(r"^\(([\w-]+)\)=\s*$")
+_LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,13 @@ def source_names_outside_asides(markdown: str) -> list[str]:
             for m in _SOURCE_NAME.finditer(line.text)]
 
 
+def length(sentence: str) -> int:
+    """Characters a reader reads, spaces included: a link counts its text, not its target."""
+    return len(_LINK_TARGET.sub("]", sentence))
+
+
 def long_sentences(markdown: str) -> list[str]:
-    return [s for s in sentences(markdown) if len(s) > MAX_SENTENCE]
+    return [s for s in sentences(markdown) if length(s) > MAX_SENTENCE]
 
 
 # ----------------------------------------------------------------------------- the book
@@ -223,7 +229,7 @@ def test_source_names_stay_in_asides(path):
 def test_sentences_are_short(path):
     found = [s for text in markdown_of(path) for s in long_sentences(text)]
     assert found == [], (f"{path.name}: {MAX_SENTENCE}자가 넘는 문장이 {len(found)}개 있습니다. 두 문장으로 나누세요:\n"
-                         + "\n".join(f"[{len(s)}자] {s}" for s in found))
+                         + "\n".join(f"[{length(s)}자] {s}" for s in found))
 
 
 # ----------------------------------------------------------------------------- each rule sees a broken page
@@ -260,3 +266,5 @@ def test_the_sentence_rule_sees_a_long_sentence_and_only_prose():
             f"```{{prediction}} x\n:question: {long}\n본문도 **문장입니다.** {long}\n```\n\n```text\n{long}\n```\n")
     assert long_sentences(page) == [long, long]
     assert sentences("- 하나. 둘?\n- 셋!") == ["하나.", "둘?", "셋!"]
+    linked = "[1장](" + "x" * 200 + ".ipynb)에서 봅니다."
+    assert long_sentences(linked) == [] and long_sentences(linked.replace("](", " (")) == [linked.replace("](", " (")]
