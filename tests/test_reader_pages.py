@@ -37,8 +37,8 @@ class Mechanism:
 
 MECHANISMS = {
     "bucket-rebuild": Mechanism(
-        mention=r"재구성|버킷을 다시 (?:짜|짠|짭|만들|만든)|다시 (?:짠|만든) 버킷",
-        restates=r"(?=.*(?:재구성|다시 (?:짜|짠|짭|만들|만든)))(?=.*(?:준비(?:된|되는)? 순서|관찰한 순서|배운 순서|본 순서|기록))"),
+        mention=r"재구성|버킷을 다시 (?:짜|짠|짭|만들|만든|만듭)|다시 (?:짠|만든) 버킷",
+        restates=r"(?=.*(?:재구성|다시 (?:짜|짠|짭|만들|만든|만듭)))(?=.*(?:준비(?:된|되는)? 순서|관찰한 순서|배운 순서|본 순서|기록))"),
     "pre-division": Mechanism(
         mention=r"미리 나[누눈눠]|1/N\$?[을를] 곱|div_factor|mul_out|predivid",
         restates=r"div_factor|mul_out"),
