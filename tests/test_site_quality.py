@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from site_server import full_page_screenshot, pages_to_check, require_site, screenshot_dir  # noqa: E402
 
 PHONE = {"width": 390, "height": 844}
+TALLEST_TABLE_PX = 2_500  # 휴대폰에서 표 하나가 세 화면을 넘지 않는다
 DESKTOP = {"width": 1280, "height": 900}
 CHAPTER = re.compile(r"book/\d\d[a-z]?_[a-z_]+\.html$")
 PAGES = pages_to_check()
@@ -58,6 +59,54 @@ def test_phone_width_has_no_horizontal_overflow(chromium, site_url, page_path):
     assert result["scrollWidth"] <= result["width"] + 1 and not result["bad"], f"{page_path}: 가로 넘침 {result}"
     assert all(index == 0 for index in wide_formulas), f"{page_path}: 키보드로 스크롤할 수 없는 넓은 수식 {wide_formulas}"
     assert all(w <= PHONE["width"] for w in figure_widths), f"{page_path}: plotly 그림 폭 {figure_widths}"
+
+
+# 처음 열었을 때 보이는 확인 결과 표와 assert 셀, 그리고 <details>를 모두 펼친 뒤 가장 높은 표
+READER_VIEW_JS = """() => {
+  const shown = el => { const b = el.getBoundingClientRect(); return b.width > 0 && b.height > 0 &&
+                        getComputedStyle(el).visibility !== 'hidden'; };
+  const checkTables = [...document.querySelectorAll('table.lab-checks')].filter(shown).length;
+  const assertCells = [...document.querySelectorAll('.bd-article pre')]
+      .filter(el => shown(el) && /assert_ok\\(|\\bassert\\s/.test(el.textContent)).length;
+  document.querySelectorAll('.bd-article details').forEach(d => d.open = true);
+  const tables = [...document.querySelectorAll('.bd-article table')].map(t => {
+      const c = t.querySelector('caption');
+      return {height: Math.round(t.getBoundingClientRect().height), caption: c ? c.textContent.slice(0, 60) : ''};
+  });
+  return {checkTables, assertCells, tables};
+}"""
+
+
+def tallest_tables(tables: list[dict], limit: int = TALLEST_TABLE_PX) -> list[dict]:
+    """The measured tables taller than ``limit`` pixels."""
+    return [t for t in tables if t["height"] > limit]
+
+
+def test_the_height_rule_sees_a_tall_table():
+    tables = [{"height": 900, "caption": "a"}, {"height": 23_202, "caption": "b"}]
+    assert tallest_tables(tables) == [{"height": 23_202, "caption": "b"}]
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["phone", "desktop"])
+@pytest.mark.parametrize("page_path", PAGES)
+def test_reader_sees_no_checks_on_load_and_every_table_fits(chromium, site_url, page_path, viewport):
+    """On load a reader sees neither a check-result table (it is folded into its one-line summary)
+    nor a cell that asserts; the page never scrolls sideways; and with every fold opened no table
+    is taller than TALLEST_TABLE_PX."""
+    phone = viewport is PHONE
+    context, page = _open(chromium, site_url, page_path, viewport=viewport, is_mobile=phone, has_touch=phone)
+    try:
+        overflow = page.evaluate(OVERFLOW_JS)
+        view = page.evaluate(READER_VIEW_JS)
+    finally:
+        context.close()
+    assert view["checkTables"] == 0, f"{page_path}: 처음부터 펼쳐진 확인 결과 표 {view['checkTables']}개 (접힌 한 줄로 두세요)"
+    assert view["assertCells"] == 0, f"{page_path}: 보이는 assert 셀 {view['assertCells']}개 (셀 태그 remove-input)"
+    assert overflow["scrollWidth"] <= overflow["width"] + 1 and not overflow["bad"], f"{page_path}: 가로 넘침 {overflow}"
+    if page_path.endswith("01_structure.html"):  # 표가 있는 장에서 측정이 비면 규칙이 아무것도 보지 못한 것
+        assert any("확인 결과" in t["caption"] for t in view["tables"]), f"{page_path}: 확인 결과 표를 찾지 못했습니다"
+    tall = tallest_tables(view["tables"])
+    assert not tall, f"{page_path}: {TALLEST_TABLE_PX}px보다 높은 표 {tall} (좁은 화면에서는 목록처럼 접히게 하세요)"
 
 
 @pytest.mark.parametrize("page_path", CHAPTERS)
