@@ -39,7 +39,7 @@ from ..result import Summary, check_at_least, check_at_most, check_close, check_
 MISTAKES = ("none", "scaler_step_in_no_sync")
 INIT_SCALE = 1024.0  # GradScaler의 시작 배율: inf를 만나면 backoff_factor(0.5)배가 된다
 # 통신 훅 비교용 모델: Linear(256, 256) 한 층 = 65,792개(float32로 약 257 KiB). 메시지가 이만큼 크면
-# gloo가 덧붙이는 머리글이 무시할 만해서 보낸 바이트의 비율이 곧 dtype 크기의 비율이다. ReLU가 없는 한 층이라
+# gloo가 덧붙이는 머리글이 무시할 만해서 보낸 바이트의 비율은 dtype 크기의 비율과 같다. ReLU가 없는 한 층이라
 # 두 훅의 차이는 반올림뿐이다(두 층이면 0에 가까운 ReLU 입력 하나가 뒤집혀 N=3에서 차이가 이동량의 28 %까지 났다).
 HOOK_WIDTH, HOOK_DEPTH, HOOK_STEPS = 256, 1, 3
 HOOKS = ("default", "fp16")
@@ -55,7 +55,7 @@ def bf16_hook_outcome(ctx: RankContext, module: torch.nn.Module) -> str:
     """What registering ``bf16_compress_hook`` does on this backend, as text.
 
     torch 2.13에서 ``bf16_compress_hook``은 CUDA 11+와 NCCL 2.10+(또는 XPU와 XCCL)가 필요하다:
-    gloo에서는 ``register_comm_hook``이 곧바로 TypeError를 낸다(훅을 부르기 전, 통신 없이).
+    gloo에서는 ``register_comm_hook``이 바로 TypeError를 낸다(훅을 부르기 전, 통신 없이).
     """
     ddp = wrap_ddp(module, ctx.device)
     try:
