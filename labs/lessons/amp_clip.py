@@ -111,7 +111,7 @@ def clipped_single(micro_batches: list, ratio: float, lr: float, seed: int) -> d
     """One process, no DDP: one step on the global batch (all ranks' micro-batches), clipped to
     ``ratio`` times its own gradient norm. Every rank computes it (58 parameters) to know max_norm."""
     torch.manual_seed(seed)
-    model = tiny_mlp()
+    model = tiny_mlp().to(micro_batches[0][0].device)
     init = flat_parameters(model)
     mse_backward(model, torch.cat([x for x, _ in micro_batches]), torch.cat([y for _, y in micro_batches]))
     max_norm = ratio * float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
@@ -183,7 +183,7 @@ def rank_fn(ctx: RankContext, lr: float, micro_steps: int, micro_batch: int, cli
     single_one = clipped_single(everyone[::k], clip_ratio, lr, seed)  # 마이크로 스텝 0만: 누적 없음
     single_acc = clipped_single(everyone, clip_ratio, lr, seed)
     own = micro_batches(0, ctx.rank)
-    clip = {"single": single_one, "ddp": clipped_ddp(ctx, own[:1], single_one["max_norm"], lr, seed, False)}
+    clip = {"single": single_one, "ddp": clipped_ddp(ctx, own[:1], single_one["max_norm"], lr, seed, every_micro=False)}
     accumulated = {"single": single_acc,
                    "right": clipped_ddp(ctx, own, single_acc["max_norm"], lr, seed, every_micro=False),
                    "wrong": clipped_ddp(ctx, own, single_acc["max_norm"], lr, seed, every_micro=True)}
