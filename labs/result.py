@@ -181,19 +181,21 @@ class LabResult:
                 mark = '<span class="check-na">– 해당 없음</span>'
             else:
                 mark = '<span class="check-ok">○ 통과</span>' if c.ok else '<span class="check-fail">× 실패</span>'
-            value = "—" if not c.applicable else html.escape(_fmt(c.value))
+            value = "—" if not c.applicable else _cell(_fmt(c.value))
             rows.append(
                 f"<tr><td>{mark}</td><td><code>{html.escape(c.name)}</code></td>"
-                f"<td>{value}</td><td>{html.escape(c.criterion())}</td><td>{html.escape(c.description)}</td></tr>"
+                f"<td>{value}</td><td>{_cell(c.criterion())}</td><td>{html.escape(c.description)}</td></tr>"
             )
         caption = f"실습 <code>{html.escape(self.lab)}</code>의 확인 결과 (N={self.world_size}, {html.escape(self.backend)})"
         table = ('<table class="lab-checks"><caption>' + caption + "</caption>"
                  "<thead><tr><th>결과</th><th>확인</th><th>측정값</th><th>기준</th><th>주장</th></tr></thead>"
                  "<tbody>" + "".join(rows) + "</tbody></table>")
-        # 표는 한 줄로 접어 둔다: 모두 통과하면 닫힌 채로, 실패가 있으면 열린 채로
-        failed = not self.ok
-        return (f'<details class="lab-checks-box"{" open" if failed else ""}>'
-                f'<summary>{html.escape(self.summary_line())}</summary>{table}</details>')
+        # 표는 언제나 한 줄로 접어 둔다(책에서 일부러 망가뜨린 실행도 마찬가지). 실패가 있으면 그 한 줄이
+        # "× … 실패"로 시작하고 빨갛게 보인다. 확인할 항목이 없을 때만 열어서 빈 표임을 보여 준다.
+        opened = " open" if not self.checks else ""
+        failed = ' class="has-failures"' if not self.ok else ""
+        return (f'<details class="lab-checks-box"{opened}>'
+                f'<summary{failed}>{html.escape(self.summary_line())}</summary>{table}</details>')
 
     def summary_line(self) -> str:
         """One Korean line: ``✓ 확인 9개 모두 통과 — 자세히 보기`` (or how many failed)."""
@@ -214,6 +216,16 @@ def _fmt(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return str(value)
+
+
+CELL_CHARS = 90  # 확인 표의 측정값·기준 칸에 보이는 글자 수: 더 길면 잘라 보이고 전체는 title(마우스를 올리면)에
+
+
+def _cell(text: str, limit: int = CELL_CHARS) -> str:
+    """``text`` escaped for a table cell; past ``limit`` characters it is cut with … and kept whole in ``title``."""
+    if len(text) <= limit:
+        return html.escape(text)
+    return f'<span title="{html.escape(text)}">{html.escape(text[:limit].rstrip())}…</span>'
 
 
 def _jsonable(value: Any) -> Any:

@@ -13,7 +13,7 @@ def _result(*checks) -> LabResult:
 
 
 def _summary(html: str) -> str:
-    return re.search(r"<summary>(.*?)</summary>", html).group(1)
+    return re.search(r"<summary[^>]*>(.*?)</summary>", html).group(1)
 
 
 def test_passing_checks_fold_into_one_closed_line():
@@ -23,10 +23,18 @@ def test_passing_checks_fold_into_one_closed_line():
     assert '<table class="lab-checks">' in html and html.count("<tr>") == 3  # 머리 1줄 + 확인 2줄
 
 
-def test_a_failed_check_opens_the_table_and_says_how_many_failed():
+def test_a_failed_check_stays_folded_and_says_how_many_failed():
     html = _result(check_equal("a", 1, 1, "하나"), check_equal("b", 2, 3, "둘"))._repr_html_()
-    assert html.startswith('<details class="lab-checks-box" open>')
+    assert html.startswith('<details class="lab-checks-box"><summary class="has-failures">')
     assert _summary(html) == "× demo 실습의 확인 2개 중 1개 실패 — 자세히 보기"
+
+
+def test_a_long_value_is_cut_on_the_page_and_kept_whole_in_its_title():
+    value = list(range(60))
+    html = _result(check_equal("a", value, value, "긴 값"))._repr_html_()
+    full = "[" + ", ".join(map(str, value)) + "]"
+    shown = re.sub(r' title="[^"]*"', "", html)  # 화면에 보이는 글자(title 속성 밖)
+    assert f'title="{full}"' in html and full not in shown and "…" in shown
 
 
 def test_not_applicable_checks_are_counted_apart():

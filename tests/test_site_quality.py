@@ -63,8 +63,9 @@ def test_phone_width_has_no_horizontal_overflow(chromium, site_url, page_path):
 
 # 처음 열었을 때 보이는 확인 결과 표와 assert 셀, 그리고 <details>를 모두 펼친 뒤 가장 높은 표
 READER_VIEW_JS = """() => {
-  const shown = el => { const b = el.getBoundingClientRect(); return b.width > 0 && b.height > 0 &&
-                        getComputedStyle(el).visibility !== 'hidden'; };
+  // checkVisibility: 닫힌 <details> 안(content-visibility), display:none, visibility:hidden을 모두 '안 보임'으로 본다
+  const shown = el => { const b = el.getBoundingClientRect();
+                        return b.width > 0 && b.height > 0 && el.checkVisibility({visibilityProperty: true}); };
   const checkTables = [...document.querySelectorAll('table.lab-checks')].filter(shown).length;
   const assertCells = [...document.querySelectorAll('.bd-article pre')]
       .filter(el => shown(el) && /assert_ok\\(|\\bassert\\s/.test(el.textContent)).length;
