@@ -309,6 +309,22 @@ def join_table(result):
         caption="Join 안에서의 학습 기록 (실제 실행)")
 
 
+def amp_clip_table(result):
+    """Per rank: the GradScaler's scale after each step, the clipped norm, the wrong-place local norm and the
+    bytes written with each comm hook, next to one process where there is one to compare with."""
+    d = result.data
+    scales = [" → ".join(f"{s:g}" for s in trace) for trace in d["scale_trace"]]
+    rows = [["GradScaler 배율 (스텝마다)", *scales, "—"],
+            ["clip_grad_norm_이 본 노름", *(f"{n:.7g}" for n in d["clip_norms"]["ranks"]), f"{d['clip_norms']['single']:.7g}"],
+            ["마이크로 스텝마다 자를 때의 첫 노름", *(f"{n[0]:.4g}" for n in d["local_norms"]), "—"],
+            ["쓴 바이트(wchar): 기본 훅", *(f"{b:,}" for b in d["bytes_written"]["default"]), "—"],
+            ["쓴 바이트(wchar): fp16_compress_hook", *(f"{b:,}" for b in d["bytes_written"]["fp16"]), "—"]]
+    ranks = [f"랭크 {r}" for r in range(result.world_size)]
+    return html_table(["항목", *ranks, "한 프로세스"], rows,
+                      caption=f"amp_clip 실습 (N={result.world_size}): 마지막 랭크의 손실만 스텝 "
+                              f"{result.params['inf_step']}에서 inf, max_norm {d['clip_norms']['max_norm']:.4g}")
+
+
 def rebuild_items_text(forward) -> str:
     """What the bucket-rebuild broadcast carried in chapter 2's ``forward`` lab (plain MLP, rank 0)."""
     counts = forward.data["counts"]["plain"]
