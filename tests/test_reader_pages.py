@@ -7,6 +7,9 @@
   inside a "소스에서 보기" aside (``:::{admonition} 소스에서 보기`` with ``:class: dropdown source-aside``).
 - No prose sentence is longer than 150 characters, spaces included (code, tables, math, headings and
   directive options are not prose, nor are link targets; a sentence ends at . ? ! before white space).
+- The labs' check ids (``busbw_below_memcpy`` …) stay out of the prose: the folded check table names
+  them. Chapter 9 (the grader prints its verdicts by id) and the "직접 해 보기" sections (the reader
+  reads the CLI's report) may name them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,16 @@ SOURCE_NAMES = ("sys.maxsize", "require_forward_param_sync", "sync_bucket_indice
                 "compute_bucket_size_limits", "_pre_forward", "_post_forward", "should_rebuild_buckets", "at::mul_out",
                 "_sync_buffers", "will_sync_module_buffers", "_check_sync_bufs_pre_fwd")
 _SOURCE_NAME = re.compile("|".join(rf"(?<!\w){re.escape(n)}(?!\w)" for n in SOURCE_NAMES))
+
+
+_CHECK_DEFINITION = re.compile(r'(?:check_\w+|not_applicable|Check)\(\s*f?"([a-z][a-z0-9_]*)"')
+CHECK_IDS_ALLOWED = ("09_miniddp",)  # 채점기가 판정을 이 이름으로 출력한다
+TRY_IT = "직접 해 보기"
+
+
+def check_ids(root: Path = BOOK.parent / "labs") -> set[str]:
+    """Every check id a lab defines (the first argument of check_close, check_equal, …)."""
+    return {m.group(1) for path in root.rglob("*.py") for m in _CHECK_DEFINITION.finditer(path.read_text("utf-8"))}
 
 
 @dataclass(frozen=True)
@@ -203,6 +216,17 @@ def long_sentences(markdown: str) -> list[str]:
     return [s for s in sentences(markdown) if length(s) > MAX_SENTENCE]
 
 
+def check_ids_in_prose(cells: list[str], ids: set[str]) -> list[str]:
+    """Check ids written in backticks in the prose of ``cells``, outside the "직접 해 보기" sections."""
+    found = []
+    for _, text in sections(cells):
+        if TRY_IT in text.split("\n", 1)[0]:
+            continue
+        found += [m.group(1) for line in read_lines(text) if line.kind in ("prose", "option")
+                  for m in re.finditer(r"`([a-z][a-z0-9_]*)`", line.text) if m.group(1) in ids]
+    return found
+
+
 # ----------------------------------------------------------------------------- the book
 
 def test_there_are_chapters():
@@ -232,7 +256,26 @@ def test_sentences_are_short(path):
                          + "\n".join(f"[{length(s)}자] {s}" for s in found))
 
 
+def test_the_labs_define_check_ids():
+    ids = check_ids()
+    assert len(ids) > 100 and {"busbw_below_memcpy", "replicas_identical"} <= ids
+
+
+@pytest.mark.parametrize("path", [p for p in CHAPTERS if p.stem not in CHECK_IDS_ALLOWED], ids=lambda p: p.stem)
+def test_check_ids_stay_out_of_the_prose(path):
+    found = check_ids_in_prose(markdown_of(path), check_ids())
+    assert found == [], (f"{path.name}: 본문에 실습의 확인 id {sorted(set(found))}가 있습니다. 접힌 확인 표가 그 이름을 "
+                         "보여 주니, 본문은 무엇을 재는지 말로 쓰세요('직접 해 보기' 절은 괜찮습니다).")
+
+
 # ----------------------------------------------------------------------------- each rule sees a broken page
+
+def test_the_check_id_rule_sees_an_id_in_prose_only():
+    cells = ["## 8.2 지연 시간 (심화)\n\n확인 항목 `cost_model_fits`가 잽니다. `torch.compile`은 아닙니다.\n\n"
+             "```python\nresult.checks['busbw_below_memcpy']\n```\n",
+             "## 8.9 직접 해 보기\n\n`cost_model_fits`가 해당 없음이 됩니다."]
+    assert check_ids_in_prose(cells, {"cost_model_fits", "busbw_below_memcpy"}) == ["cost_model_fits"]
+
 
 def test_the_mechanism_rule_sees_an_unlinked_mention_and_a_restatement():
     home = ["(bucket-rebuild)=\n## 7.7 버킷 재구성 (심화)\n\n첫 역전파가 준비된 순서를 기록하고 두 번째 순전파에서 재구성합니다."]
