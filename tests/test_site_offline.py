@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import site_server  # noqa: E402  (tests/ has no __init__.py; see site_server's docstring)
 
 sys.path.insert(0, str(site_server.REPO / "book" / "_ext"))  # the book's Sphinx extensions
+import offline_site  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -265,7 +266,6 @@ def test_math_font_covers_every_formula_character(site):
 
 def test_icon_font_is_cut_to_the_theme_icons(site):
     from fontTools.ttLib import TTFont
-    import offline_site
 
     wanted = set(offline_site._theme_icon_codepoints(site / "_static"))
     assert {0xF05A, 0xF071, 0xF0EB} <= wanted, "테마 CSS의 알림 상자 아이콘(info, warning, lightbulb)을 찾지 못했습니다."
@@ -286,6 +286,28 @@ def test_search_index_is_loaded_only_by_the_search_page(site):
         elif loaded:
             problems.append(f"{_rel(site, page)}: {loaded}")
     assert not problems, "검색 색인은 search.html에서만 불러야 합니다:\n" + "\n".join(problems)
+
+
+def test_sphinx_design_assets_only_where_a_component_is_drawn(site):
+    """sphinx-design's stylesheet and tab script (~60 KB) load only on pages that draw one of its
+    components: on the others they were dead weight (chapter 7 went over 2.5 MB with them)."""
+    checked, problems = 0, []
+    for page in _pages(site):
+        text = page.read_text(encoding="utf-8")
+        body = _soup(page).find(attrs={"role": "main"})
+        linked = bool(re.search(r'(?:sphinx-design\.min\.css|design-tabs\.js)', text))
+        if body is None:
+            continue
+        checked += 1
+        if linked != offline_site.uses_sphinx_design(str(body)):
+            problems.append(f"{_rel(site, page)}: 연결 {linked}, 컴포넌트 {not linked}")
+    assert checked >= 12 and not problems, "sphinx-design 자원은 그 컴포넌트를 그리는 페이지에만 둡니다:\n" + "\n".join(problems)
+
+
+def test_the_component_rule_sees_a_card():
+    assert offline_site.uses_sphinx_design('<div class="sd-card sd-sphinx-override">카드</div>')
+    assert offline_site.uses_sphinx_design('<div class="docutils sd-tab-set">탭</div>')
+    assert not offline_site.uses_sphinx_design('<div class="cell" data-sd-tabs="x">sd- 낱말</div>')
 
 
 def test_pages_are_korean(site):

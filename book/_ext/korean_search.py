@@ -123,11 +123,12 @@ class SearchKorean(SearchEnglish):
 
 
 # 검색 결과를 페이지가 아니라 대목으로: 결과마다 검색어가 처음 나오는 본문 블록(문단, 목록 항목, 표 칸)을 찾아
-# 그 블록의 문장을 요약으로 보이고, 링크를 그 블록이 든 절(section)의 앵커로 바꾼다. 코드·접힌 확인 표·목차는 뺀다.
+# 그 블록의 문장을 요약으로 보이고, 링크를 그 블록이 든 절(section)의 앵커로 바꾼다. 코드·접힌 확인 표·목차와
+# 장 첫머리의 "이 장의 핵심" 상자(절 밖이라 앵커가 없고, 같은 말을 본문의 절이 풀어 쓴다)는 뺀다.
 # search.html은 searchtools.js를 이 스크립트 뒤에 싣는다: 덮어쓰기는 문서를 다 읽은 뒤(그때는 Search가 있다).
 _JS_PASSAGES = """
 document.addEventListener("DOMContentLoaded", function () {
-  var SKIP = ".headerlink, script, style, .toctree-wrapper, nav, .cell_input, .cell_output, .ddp-quiz, "
+  var SKIP = ".headerlink, script, style, .toctree-wrapper, nav, .cell_input, .cell_output, .ddp-quiz, .chapter-key, "
            + "details.lab-checks-box, .lab-table, .prediction-body";
   var BLOCKS = "p, li, dd, td, th, .admonition-title";
   function sentenceWith(text, term) {

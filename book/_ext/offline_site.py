@@ -11,7 +11,8 @@
   data; the Font Awesome web font its CSS still uses (admonition and link icons) is cut down to
   the glyphs that CSS names (152 KB -> a few KB); and Sphinx's search index (~200 KB), which the
   theme loads on every page for a search-as-you-type box this book does not turn on, is loaded
-  only by ``search.html``.
+  only by ``search.html``. sphinx-design's stylesheet and tab script (~60 KB) are linked only on a
+  page that draws one of its components; the book draws none today.
 """
 
 from __future__ import annotations
@@ -73,11 +74,25 @@ def _drop_thebe(app: Sphinx, config) -> None:
         listeners[:] = [lst for lst in listeners if not getattr(lst.handler, "__module__", "").startswith("sphinx_thebe")]
 
 
+_SPHINX_DESIGN = re.compile(r"sphinx-design|design-tabs")
+
+
+def uses_sphinx_design(body: str) -> bool:
+    """Whether a page body draws a sphinx-design component (its elements carry ``sd-`` classes)."""
+    return re.search(r'class="(?:[^"]* )?sd-', body) is not None
+
+
 def _page_assets(app: Sphinx, pagename, templatename, context, doctree) -> None:
     # sphinx-thebe registers its stylesheet at setup time; the file is never copied once it is off.
     css = context.get("css_files")
     if css is not None:
         css[:] = [c for c in css if "thebe" not in getattr(c, "filename", str(c))]
+    if not uses_sphinx_design(context.get("body", "")):
+        # sphinx-design (tabs, cards, grids) ships 53 KiB of CSS and a tab script to every page; only a page
+        # that draws one of its components (class "sd-…") needs them
+        for key in ("css_files", "script_files"):
+            if context.get(key) is not None:
+                context[key][:] = [f for f in context[key] if not _SPHINX_DESIGN.search(getattr(f, "filename", None) or "")]
     if "plotly-graph-div" in context.get("body", ""):
         # Plotly must exist before the figures' inline scripts run: a normal (blocking) script.
         app.add_js_file("plotly.min.js", priority=200)
