@@ -19,7 +19,7 @@ from conftest import assert_only_these_fail, clean_env, has_hangul
 
 pytestmark = pytest.mark.timeout(240)
 
-NEEDS_TWO_RANKS = {"sharded_replicas_identical", "assignment_same_on_every_rank"}
+NEEDS_TWO_RANKS = set(zero_lab.NEEDS_TWO_RANKS)
 
 
 @pytest.fixture(scope="module")

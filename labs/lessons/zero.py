@@ -24,7 +24,6 @@ from collections import Counter
 
 import torch
 import torch.distributed as dist
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from ..comms import CollectiveCounter, carried_bytes
 from ..context import DESCRIBE_KEYS, RankContext
@@ -40,6 +39,7 @@ from ..result import Summary, check_at_most, check_close, check_equal, not_appli
 OPTIMIZERS = {"sgd": (torch.optim.SGD, {"momentum": 0.9}), "adamw": (torch.optim.AdamW, {"weight_decay": 0.01})}
 WRAPPERS = ("ddp", "sharded", "zero")  # 평범한 DDP, DDP + ShardedOptimizer, DDP + ZeroRedundancyOptimizer
 KINDS = ("params", "grads", "state")
+NEEDS_TWO_RANKS = ("sharded_replicas_identical", "assignment_same_on_every_rank")  # N=1이면 해당 없음
 
 
 # --- the broken variants readers write -----------------------------------------------------------
@@ -79,9 +79,8 @@ MISTAKE_FAILS = {
 
 # --- rank side -------------------------------------------------------------------------------------
 
-def state_tensors(optimizer: torch.optim.Optimizer, params=None) -> list[torch.Tensor]:
-    """The tensors of the optimizer state this rank holds (of ``params`` only, when given)."""
-    state = optimizer.optim.state if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer.state
+def state_tensors(state: dict, params=None) -> list[torch.Tensor]:
+    """The tensors in an optimizer's ``state`` (of ``params`` only, when given)."""
     keys = state.keys() if params is None else [p for p in params if p in state]
     return [v for k in keys for v in state[k].values() if torch.is_tensor(v)]
 
@@ -91,6 +90,8 @@ def build(wrapper: str, model: torch.nn.Module, opt: str, lr: float, mistake: st
     if wrapper == "sharded":
         return SHARDED[mistake](model.parameters(), cls, lr=lr, **kwargs)
     if wrapper == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer  # 여기서만: 불러오는 데 0.6초(TorchScript)
+
         return ZeroRedundancyOptimizer(model.parameters(), cls, lr=lr, **kwargs)
     return cls(model.parameters(), lr=lr, **kwargs)
 
@@ -111,7 +112,7 @@ def train(ctx: RankContext, wrapper: str, init: torch.nn.Module, batches: list, 
                       "bytes": carried_bytes(counter.items)})
     params = list(model.parameters())
     memory = {"params": storage_bytes(params), "grads": storage_bytes(p.grad for p in params if p.grad is not None),
-              "state": storage_bytes(state_tensors(optimizer))}
+              "state": storage_bytes(state_tensors(optimizer.optim.state if wrapper == "zero" else optimizer.state))}
     record = {"memory": memory, "steps": steps, "fingerprint": fingerprint(model)}
     if wrapper == "sharded":
         record["owners"] = [optimizer.owner[p] for p in params]
@@ -132,7 +133,7 @@ def train_single(init: torch.nn.Module, batches: list, opt: str, lr: float) -> t
     by_key = Counter()
     for s in optimizer.state.values():
         by_key.update({k: storage_bytes([v]) for k, v in s.items() if torch.is_tensor(v)})
-    return model, {"state_per_param": [storage_bytes(state_tensors(optimizer, [p])) for p in model.parameters()],
+    return model, {"state_per_param": [storage_bytes(state_tensors(optimizer.state, [p])) for p in model.parameters()],
                    "state_by_key": dict(by_key)}
 
 
@@ -152,11 +153,10 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps
         for wrapper in WRAPPERS:
             models[wrapper], runs[wrapper] = train(ctx, wrapper, init, mine, opt, lr, mistake)
         # 파라미터 비교는 랭크 안에서: 기록에는 차이(최대 절대 차이)와 지문만 남긴다
-        ref["max_abs_w"] = float(flat_parameters(single).abs().max())
-        ref["diff"] = {"sharded_vs_single": max_abs_diff(flat_parameters(models["sharded"]), flat_parameters(single)),
-                       "ddp_vs_single": max_abs_diff(flat_parameters(models["ddp"]), flat_parameters(single)),
-                       "sharded_vs_ddp": max_abs_diff(flat_parameters(models["sharded"]), flat_parameters(models["ddp"])),
-                       "zero_vs_ddp": max_abs_diff(flat_parameters(models["zero"]), flat_parameters(models["ddp"]))}
+        flat = {name: flat_parameters(m) for name, m in {**models, "single": single}.items()}
+        ref["diff"] = {f"{a}_vs_{b}": max_abs_diff(flat[a], flat[b])
+                       for a, b in (("sharded", "single"), ("ddp", "single"), ("sharded", "ddp"), ("zero", "ddp"))}
+        ref["max_abs_w"] = float(flat["single"].abs().max())
         record[opt] = {"single": ref, **runs}
     return record
 
@@ -232,13 +232,14 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     ]
     if n == 1:
         reason = "N=1이면 비교할 다른 랭크가 없다"
-        checks += [not_applicable(name, reason) for name in ("sharded_replicas_identical", "assignment_same_on_every_rank")]
+        checks += [not_applicable(name, reason) for name in NEEDS_TWO_RANKS]
     else:
         distinct = max(len({r[opt]["sharded"]["fingerprint"] for r in ranks}) for opt in OPTIMIZERS)
         checks += [
             check_equal("sharded_replicas_identical", distinct, 1,
                         "스텝 뒤 모든 랭크의 파라미터가 비트 단위로 같다(옵티마이저마다 서로 다른 지문 수의 최댓값)"),
-            check_equal("assignment_same_on_every_rank", len({tuple(r["adamw"]["sharded"]["owners"]) for r in ranks}), 1,
+            check_equal("assignment_same_on_every_rank",
+                        len({tuple(r["adamw"]["sharded"]["owners"]) for r in ranks}), 1,
                         "모든 랭크가 통신 없이 같은 배정을 계산한다(서로 다른 배정의 수)"),
         ]
     data = {"n_params": total, "n_tensors": n_tensors, "memory": memory, "single_state_bytes": single_state,
