@@ -181,8 +181,9 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     owners = ranks[0]["adamw"]["sharded"]["owners"]
     shard_elements = [sum(e for e, o in zip(numels, owners) if o == r) for r in range(n)]
     fraction = max(shard_elements) / total
-    diffs = {k: max(r[opt]["single"]["diff"][k] for r in ranks for opt in OPTIMIZERS)
-             for k in ("sharded_vs_single", "ddp_vs_single", "sharded_vs_ddp", "zero_vs_ddp")}
+    diffs = {opt: {k: max(r[opt]["single"]["diff"][k] for r in ranks) for k in ranks[0][opt]["single"]["diff"]}
+             for opt in OPTIMIZERS}
+    bitwise = {k: max(diffs[opt][k] for opt in OPTIMIZERS) for k in ("sharded_vs_ddp", "zero_vs_ddp")}
     step_ops = {w: sorted({tuple(sorted(s["ops"].items())) for r in ranks for opt in OPTIMIZERS
                            for s in r[opt][w]["steps"]}) for w in WRAPPERS}
     step_bytes = {w: sorted({s["bytes"] for r in ranks for opt in OPTIMIZERS for s in r[opt][w]["steps"]})
@@ -190,9 +191,11 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     moments = single["state_by_key"].get("exp_avg", 0) + single["state_by_key"].get("exp_avg_sq", 0)
     whole = sorted({memory[opt][w][k][r] for opt in OPTIMIZERS for w in WRAPPERS for k in ("params", "grads")
                     for r in range(n)})
-    # 한 프로세스와는 float32 합 순서만 다르다(전역 배치의 평균 한 번 대 랭크별 평균의 All-Reduce 평균). AdamW는
-    # 그래디언트를 제 크기로 나누므로 그 반올림 차이가 SGD보다 크게 남는다(N=3, 3스텝에서 1.7e-6)
-    tol = ATOL + RTOL * max(r[opt]["single"]["max_abs_w"] for r in ranks for opt in OPTIMIZERS)
+    # 한 프로세스와는 float32 합 순서만 다르다(전역 배치의 평균 한 번 대 랭크별 평균의 All-Reduce 평균). 허용 오차
+    # 안에서 같은 것은 SGD(모멘텀)다. AdamW는 업데이트를 그래디언트 크기(√v)로 나누므로 작은 그래디언트 원소의 반올림
+    # 차이가 lr 크기의 차이로 남고 층을 지나며 커진다: width 512에서 6e-5, lr 0.1·20스텝에서 9e-4(N=2로 잰 DDP와
+    # 한 프로세스의 차이이고 ZeRO와는 무관하다). 그래서 AdamW의 같음은 평범한 DDP와의 비트 단위 비교로 보이고 차이는 data에
+    tol = ATOL + RTOL * max(r["sgd"]["single"]["max_abs_w"] for r in ranks)
     checks = [
         check_equal("adamw_state_8_bytes_per_param", moments / total, 8.0,
                     "한 프로세스의 AdamW 상태: exp_avg와 exp_avg_sq가 float32 파라미터 하나에 8바이트"
@@ -213,13 +216,14 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                     "ShardedOptimizer의 배정(크기순 탐욕)이 torch ZeroRedundancyOptimizer의 분할과 같다(파라미터마다 주인 랭크)"),
         check_equal("zero_redundancy_state_matches_partition", memory["adamw"]["zero"]["state"], expected["zero"],
                     "ZeroRedundancyOptimizer도 랭크마다 자기 분할의 상태만 가진다(랭크별 바이트 = 분할에서 계산한 샤드 크기)"),
-        check_close("sharded_matches_single", diffs["sharded_vs_single"], 0.0, tol,
-                    f"{params['steps']}스텝 뒤(SGD 모멘텀, AdamW) DDP + ShardedOptimizer의 파라미터가 전역 배치 한 "
+        check_close("sharded_matches_single", diffs["sgd"]["sharded_vs_single"], 0.0, tol,
+                    f"SGD(모멘텀) {params['steps']}스텝 뒤 DDP + ShardedOptimizer의 파라미터가 전역 배치 한 "
                     f"프로세스와 atol {ATOL:g} + rtol {RTOL:g}·max|w| 안에서 같다: float32 합 순서만 다르다(최대 절대 차이)"),
-        check_close("sharded_equals_ddp", diffs["sharded_vs_ddp"], 0.0, 0.0,
-                    "평범한 DDP와는 비트 단위로 같다: 같은 평균 그래디언트로 같은 계산을 하고, 하는 랭크만 다르다(최대 절대 차이)"),
-        check_close("zero_redundancy_equals_ddp", diffs["zero_vs_ddp"], 0.0, 0.0,
-                    "ZeroRedundancyOptimizer도 평범한 DDP와 비트 단위로 같다(최대 절대 차이)"),
+        check_close("sharded_equals_ddp", bitwise["sharded_vs_ddp"], 0.0, 0.0,
+                    "SGD와 AdamW 모두 평범한 DDP와 비트 단위로 같다: 같은 평균 그래디언트로 같은 계산을 하고, "
+                    "하는 랭크만 다르다(최대 절대 차이)"),
+        check_close("zero_redundancy_equals_ddp", bitwise["zero_vs_ddp"], 0.0, 0.0,
+                    "ZeroRedundancyOptimizer도 SGD와 AdamW 모두 평범한 DDP와 비트 단위로 같다(최대 절대 차이)"),
         check_equal("ddp_step_no_collectives", step_ops["ddp"], [()],
                     "평범한 DDP의 optimizer.step()은 집합 통신을 하지 않는다(스텝마다 센 집합 통신의 종류)"),
         check_equal("sharded_step_broadcasts_each_param", step_ops["sharded"], [(("broadcast", n_tensors),)],
