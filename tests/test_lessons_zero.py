@@ -41,15 +41,20 @@ def test_zero_checks_hold(runs, n):
     assert result.data["state_fraction"]["sharded"] == pytest.approx(1 / n)
 
 
+@pytest.fixture(scope="module")
+def mistakes():
+    return {m: labs.run("zero", nproc=2, mistake=m) for m in zero_lab.MISTAKE_FAILS}
+
+
 @pytest.mark.parametrize("mistake", sorted(zero_lab.MISTAKE_FAILS))
-def test_each_mistake_fails_exactly_its_checks(mistake):
-    result = labs.run("zero", nproc=2, mistake=mistake)
+def test_each_mistake_fails_exactly_its_checks(mistakes, mistake):
+    result = mistakes[mistake]
     assert {c.name for c in result.failed()} == zero_lab.MISTAKE_FAILS[mistake], result.report()
 
 
-def test_step_all_params_holds_the_whole_state():
+def test_step_all_params_holds_the_whole_state(mistakes):
     """The mistake's state is the single process's on every rank: nothing was divided."""
-    result = labs.run("zero", nproc=2, mistake="step_all_params")
+    result = mistakes["step_all_params"]
     assert result.data["memory"]["adamw"]["sharded"]["state"] == [result.data["single_state_bytes"]] * 2
 
 
