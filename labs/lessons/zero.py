@@ -86,6 +86,7 @@ def state_tensors(state: dict, params=None) -> list[torch.Tensor]:
 
 
 def build(wrapper: str, model: torch.nn.Module, opt: str, lr: float, mistake: str) -> torch.optim.Optimizer:
+    """The optimizer of ``wrapper`` (``sharded``, ``zero``; anything else: plain ``opt``) over ``model``."""
     cls, kwargs = OPTIMIZERS[opt]
     if wrapper == "sharded":
         return SHARDED[mistake](model.parameters(), cls, lr=lr, **kwargs)
@@ -124,8 +125,7 @@ def train(ctx: RankContext, wrapper: str, init: torch.nn.Module, batches: list, 
 def train_single(init: torch.nn.Module, batches: list, opt: str, lr: float) -> tuple[torch.nn.Module, dict]:
     """One process, no DDP, on the global batch of every step; its state per parameter tensor."""
     model = copy.deepcopy(init)
-    cls, kwargs = OPTIMIZERS[opt]
-    optimizer = cls(model.parameters(), lr=lr, **kwargs)
+    optimizer = build("single", model, opt, lr, "none")
     for x, y in batches:
         optimizer.zero_grad(set_to_none=True)
         mse_backward(model, x, y)
