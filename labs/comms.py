@@ -98,6 +98,13 @@ class CollectiveCounter:
         return dict(sorted(self.counts.items()))
 
 
+def carried_bytes(items: list[dict]) -> int:
+    """Bytes the collectives in ``items`` (a counter's ``items``) carried: numel × element size, summed."""
+    import torch
+
+    return sum(item["numel"] * torch.empty((), dtype=getattr(torch, item["dtype"])).element_size() for item in items)
+
+
 def _numel(shape: list) -> int:
     numel = 1
     for size in shape:

@@ -82,6 +82,16 @@ def wrap_ddp(model: nn.Module, device: torch.device, **ddp_kwargs) -> nn.Module:
     return DistributedDataParallel(model.to(device), device_ids=device_ids(device), **ddp_kwargs)
 
 
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind ``tensors``: what the allocator really holds for them
+    (a view or a tensor sharing a flat buffer counts once, with the whole buffer)."""
+    storages = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
 def fingerprint_tensors(tensors) -> str:
     """The same kind of short hash as :func:`fingerprint`, for any tensors (results, optimizer state)."""
     import hashlib
