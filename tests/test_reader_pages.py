@@ -230,7 +230,7 @@ def check_ids_in_prose(cells: list[str], ids: set[str]) -> list[str]:
 # ----------------------------------------------------------------------------- the book
 
 def test_there_are_chapters():
-    assert len(CHAPTERS) == 12 and all(p.exists() for p in PAGES)
+    assert len(CHAPTERS) == 13 and all(p.exists() for p in PAGES)
 
 
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
