@@ -129,7 +129,7 @@ LAB = Lab(
     summarize=summarize,
     chapter=10,
     default_nproc=3,
-    params={"timeout_s": Float(2.0, min=0.5, max=10.0, help="실험 그룹의 timeout(초): 이만큼 기다린 뒤 오류로 끝난다"),
+    params={"timeout_s": Float(2.0, min=0.5, max=5.0, help="실험 그룹의 timeout(초): 이만큼 기다린 뒤 오류로 끝난다"),
             "collectives": Int(3, min=1, max=50, help="모든 랭크가 함께 부르는 all_reduce 수(마지막 랭크는 하나 덜)")},
     record_keys=frozenset({"rank", "mb_error", "mb_seconds", "wait_error", "fr_error", "fr_entries", "fr_total"}),
     data_keys=frozenset({"skip_rank", "mb_message", "mb_peer_message", "mb_named", "mb_seconds", "wait_error",
