@@ -73,6 +73,7 @@ def rank_fn(ctx: RankContext, timeout_s: float, collectives: int) -> dict:
     barrier_group = dist.new_group(backend="gloo", timeout=timeout)  # 실험마다 짧은 timeout의 그룹 하나
     record_group = dist.new_group(backend="gloo", timeout=timeout)
     mb_error, mb_seconds = skip_barrier(ctx, barrier_group, timeout_s)
+    dist.barrier()  # 건너뛴 랭크가 먼저 다음 실험의 짧은 timeout에 걸리지 않게 기본 그룹에서 모두 만난다
     wait_error = one_all_reduce_fewer(ctx, record_group, collectives)
     fr_error, fr_entries, fr_total = flight_record(record_group)
     dist.barrier()  # 건너뛴 랭크도 여기서 모두 만나 깨끗하게 끝난다(기본 그룹은 멀쩡하다)
