@@ -13,7 +13,8 @@ from conftest import assert_only_these_fail, has_hangul
 
 pytestmark = pytest.mark.timeout(240)
 
-CHECKS = {"barrier_names_missing_rank", "only_rank0_names_it", "barrier_waited_timeout", "fr_shows_rank_behind"}
+CHECKS = {"barrier_names_missing_rank", "only_rank0_names_it", "barrier_waited_timeout", "fr_shows_rank_behind",
+          "fr_state_does_not_tell"}
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +80,13 @@ def test_flight_recorder_check_can_fail(runs):
         ranks[2]["fr_entries"][-1][1] = ranks[0]["fr_entries"][-1][1]
 
     assert_only_these_fail(hangs, runs[3], caught_up, {"fr_shows_rank_behind"})
+
+
+def test_flight_recorder_state_check_can_fail(runs):
+    if not runs[3].data["fr_works"]:
+        pytest.skip("이 빌드의 gloo에서는 플라이트 레코더가 기록하지 않는다(확인은 해당 없음)")
+
+    def completed(ranks):
+        ranks[2]["fr_entries"][-1][2] = "completed"
+
+    assert_only_these_fail(hangs, runs[3], completed, {"fr_state_does_not_tell"})

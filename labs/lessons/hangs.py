@@ -21,7 +21,7 @@ import torch.distributed as dist
 from ..context import RankContext
 from ..params import Float, Int
 from ..registry import Lab
-from ..result import Summary, check_at_least, check_equal, not_applicable
+from ..result import Summary, check_at_least, check_equal, check_true, not_applicable
 
 # gloo's own words (torch 2.13): rank 0 names the ranks that never arrived; the others only wait for rank 0.
 NAMED_RANKS = re.compile(r"Ranks? ([\d, ]+?) (?:failed to pass|timed out in) monitoredBarrier")
@@ -103,7 +103,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         reason = "랭크가 하나면 건너뛸 다른 랭크가 없다"
         return Summary(data, [not_applicable(name, reason) for name in
                               ("barrier_names_missing_rank", "only_rank0_names_it", "barrier_waited_timeout",
-                               "fr_shows_rank_behind")])
+                               "fr_shows_rank_behind", "fr_state_does_not_tell")])
     checks = [
         check_equal("barrier_names_missing_rank", named_ranks(message), [skipper],
                     f"monitored_barrier에서 랭크 0의 오류가 건너뛴 랭크 {skipper}만 이름으로 댄다"),
@@ -117,9 +117,13 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         behind = [r for r, s in enumerate(seqs) if s < max(seqs)]
         checks.append(check_equal("fr_shows_rank_behind", behind, [skipper],
                                   f"플라이트 레코더의 마지막 순번이 뒤처진 랭크는 all_reduce를 하나 덜 부른 랭크 {skipper}뿐이다"))
+        states = sorted({e[2] for e in last})
+        checks.append(check_true("fr_state_does_not_tell", len(states) == 1, states,
+                                 "gloo에서 마지막 항목의 상태는 끝난 all_reduce(뒤처진 랭크)와 timeout까지 기다린 all_reduce가 "
+                                 "같다: 범인은 순번으로 찾는다(상태 종류)"))
     else:
-        checks.append(not_applicable("fr_shows_rank_behind",
-                                     f"이 빌드의 gloo에서는 플라이트 레코더가 집합 통신을 기록하지 않았다: {outcome}"))
+        reason = f"이 빌드의 gloo에서는 플라이트 레코더가 집합 통신을 기록하지 않았다: {outcome}"
+        checks += [not_applicable("fr_shows_rank_behind", reason), not_applicable("fr_state_does_not_tell", reason)]
     return Summary(data, checks)
 
 
