@@ -1,0 +1,92 @@
+"""Chapter 10.9: the ``hangs`` lab on real gloo ranks (monitored_barrier names the rank that never
+arrived; the flight recorder's dump shows the rank that is behind, or says this build does not record
+gloo), each check failing on tampered records, and the lab ending in seconds (nothing really hangs)."""
+
+from __future__ import annotations
+
+import pytest
+
+import labs
+from labs.lessons import hangs
+
+from conftest import assert_only_these_fail, has_hangul
+
+pytestmark = pytest.mark.timeout(240)
+
+CHECKS = {"barrier_names_missing_rank", "only_rank0_names_it", "barrier_waited_timeout", "fr_shows_rank_behind",
+          "fr_state_does_not_tell"}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {n: labs.run("hangs", nproc=n) for n in (1, 2, 3)}
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_hangs_checks_hold(runs, n):
+    result = runs[n]
+    assert result.ok, result.report()
+    assert set(result.checks) == CHECKS
+    assert all(has_hangul(c.description) for c in result.checks.values())
+    assert result.data["mb_named"] == [n - 1]
+    assert "monitoredBarrier" in result.data["mb_message"]
+    assert result.wall_seconds < 60  # 짧은 timeout의 그룹: 잡 전체는 멈추지 않는다
+
+
+def test_one_rank_has_nothing_to_find(runs):
+    result = runs[1]
+    assert result.ok, result.report()
+    assert all(not c.applicable for c in result.checks.values())
+
+
+def test_other_ranks_only_point_to_rank0(runs):
+    peer = runs[3].data["mb_peer_message"]
+    assert "Rank 1" in peer and hangs.named_ranks(peer) == []
+
+
+def test_flight_recorder_outcome_is_recorded(runs):
+    data = runs[3].data
+    if data["fr_works"]:
+        assert runs[3].checks["fr_shows_rank_behind"].applicable
+        assert [e[1] for e in data["fr_last"]][:2] == [data["fr_last"][2][1] + 1] * 2
+    else:
+        assert data["fr_outcome"] and not runs[3].checks["fr_shows_rank_behind"].applicable
+
+
+def _name_rank1(ranks):
+    ranks[0]["mb_error"] = ranks[0]["mb_error"].replace("Ranks 2", "Ranks 1").replace("Rank 2", "Rank 1")
+
+
+def _rank1_names_too(ranks):
+    ranks[1]["mb_error"] = ranks[0]["mb_error"]
+
+
+def _no_wait(ranks):
+    ranks[0]["mb_seconds"] = 0.01
+
+
+@pytest.mark.parametrize("tamper, failing", [(_name_rank1, "barrier_names_missing_rank"),
+                                             (_rank1_names_too, "only_rank0_names_it"),
+                                             (_no_wait, "barrier_waited_timeout")])
+def test_barrier_checks_can_fail(runs, tamper, failing):
+    assert_only_these_fail(hangs, runs[3], tamper, {failing})
+
+
+def test_flight_recorder_check_can_fail(runs):
+    if not runs[3].data["fr_works"]:
+        pytest.skip("이 빌드의 gloo에서는 플라이트 레코더가 기록하지 않는다(확인은 해당 없음)")
+
+    def caught_up(ranks):
+        ranks[2]["fr_entries"][-1][1] = ranks[0]["fr_entries"][-1][1]
+
+    assert_only_these_fail(hangs, runs[3], caught_up, {"fr_shows_rank_behind"})
+
+
+def test_flight_recorder_state_check_can_fail(runs):
+    if not runs[3].data["fr_works"]:
+        pytest.skip("이 빌드의 gloo에서는 플라이트 레코더가 기록하지 않는다(확인은 해당 없음)")
+
+    def completed(ranks):
+        ranks[2]["fr_entries"][-1][2] = "completed"
+
+    assert_only_these_fail(hangs, runs[3], completed, {"fr_state_does_not_tell"})
