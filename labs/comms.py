@@ -28,8 +28,9 @@ _PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64"
 
 
 @contextmanager
-def _quiet_stderr():
-    """Silence the C++ profiler's start/stop banner lines (they are written straight to fd 2)."""
+def quiet_stderr():
+    """Silence what C++ writes straight to fd 2 inside the block (the profiler's start/stop banners, gloo's
+    log lines for an error the caller catches and records): the page would show it as stray stderr."""
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
@@ -66,12 +67,12 @@ class CollectiveCounter:
         self._prof = profile(use_cpu=True, record_shapes=True)
 
     def __enter__(self) -> "CollectiveCounter":
-        with _quiet_stderr():
+        with quiet_stderr():
             self._prof.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        with _quiet_stderr():
+        with quiet_stderr():
             self._prof.__exit__(*exc)
         # The profiler's raw (kineto) events, not ``function_events``: that property turns every
         # recorded event (thousands per training step) into a Python object with its call tree,

@@ -18,6 +18,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..comms import quiet_stderr
 from ..context import RankContext
 from ..params import Float, Int
 from ..registry import Lab
@@ -33,7 +34,8 @@ def skip_barrier(ctx: RankContext, group, timeout_s: float) -> tuple[str, float]
         return "", 0.0  # 이 랭크는 barrier를 건너뛴다
     start = time.perf_counter()
     try:
-        dist.monitored_barrier(group=group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
+        with quiet_stderr():  # gloo가 같은 오류를 로그 줄로도 쓴다: 여기서는 예외의 글만 기록한다
+            dist.monitored_barrier(group=group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
         error = ""
     except RuntimeError as exc:  # 랭크 0: 오지 않은 랭크의 번호, 나머지: 랭크 0을 보라는 말
         error = str(exc)
@@ -48,7 +50,8 @@ def one_all_reduce_fewer(ctx: RankContext, group, collectives: int) -> str:
     if ctx.world_size > 1 and ctx.rank == ctx.world_size - 1:
         return ""  # 이 랭크는 마지막 all_reduce를 건너뛴다
     try:
-        dist.all_reduce(x, group=group)  # 상대가 오지 않으므로 그룹의 timeout에 끝난다
+        with quiet_stderr():
+            dist.all_reduce(x, group=group)  # 상대가 오지 않으므로 그룹의 timeout에 끝난다
         return ""
     except RuntimeError as exc:
         return str(exc)
