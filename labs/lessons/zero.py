@@ -85,6 +85,16 @@ def state_tensors(state: dict, params=None) -> list[torch.Tensor]:
     return [v for k in keys for v in state[k].values() if torch.is_tensor(v)]
 
 
+def elementwise_state(state: dict, params: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The optimizer state tensors shaped like their parameter (moments), and the rest (``step`` scalars)."""
+    per_element, per_tensor = [], []
+    for p in params:
+        for v in state.get(p, {}).values():
+            if torch.is_tensor(v):
+                (per_element if v.shape == p.shape else per_tensor).append(v)
+    return per_element, per_tensor
+
+
 def build(wrapper: str, model: torch.nn.Module, opt: str, lr: float, mistake: str) -> torch.optim.Optimizer:
     """The optimizer of ``wrapper`` (``sharded``, ``zero``; anything else: plain ``opt``) over ``model``."""
     cls, kwargs = OPTIMIZERS[opt]
@@ -133,8 +143,10 @@ def train_single(init: torch.nn.Module, batches: list, opt: str, lr: float) -> t
     by_key = Counter()
     for s in optimizer.state.values():
         by_key.update({k: storage_bytes([v]) for k, v in s.items() if torch.is_tensor(v)})
-    return model, {"state_per_param": [storage_bytes(state_tensors(optimizer.state, [p])) for p in model.parameters()],
-                   "state_by_key": dict(by_key)}
+    params = list(model.parameters())
+    return model, {"state_per_param": [storage_bytes(state_tensors(optimizer.state, [p])) for p in params],
+                   "state_by_key": dict(by_key),
+                   "elementwise_state": storage_bytes(elementwise_state(optimizer.state, params)[0])}
 
 
 def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps: int, lr: float, mistake: str,
@@ -246,11 +258,17 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                         len({tuple(r["adamw"]["sharded"]["owners"]) for r in ranks}), 1,
                         "모든 랭크가 통신 없이 같은 배정을 계산한다(서로 다른 배정의 수)"),
         ]
+    # 파라미터 하나의 바이트(13.2절 메모리 계산기가 쓰는 값): DDP 랭크 0의 파라미터·그래디언트와 한 프로세스의
+    # 원소별 옵티마이저 상태(텐서마다 스칼라 하나인 step은 파라미터 수와 무관하므로 뺀다)
+    bytes_per_param = {opt: {"params": memory[opt]["ddp"]["params"][0] / total,
+                             "grads": memory[opt]["ddp"]["grads"][0] / total,
+                             "state": ranks[0][opt]["single"]["elementwise_state"] / total} for opt in OPTIMIZERS}
     data = {"n_params": total, "n_tensors": n_tensors, "memory": memory, "single_state_bytes": single_state,
             "expected_state": expected, "state_fraction": {w: max(memory["adamw"][w]["state"]) / single_state
                                                            for w in WRAPPERS},
             "shard_elements": shard_elements, "diffs": diffs, "step_bytes": step_bytes,
-            "step_ops": {w: [dict(o) for o in ops] for w, ops in step_ops.items()}, "tolerance": tol}
+            "step_ops": {w: [dict(o) for o in ops] for w, ops in step_ops.items()}, "tolerance": tol,
+            "bytes_per_param": bytes_per_param}
     return Summary(data, checks)
 
 
@@ -271,5 +289,5 @@ LAB = Lab(
             "seed": seed()},
     record_keys=DESCRIBE_KEYS | {"numels", *OPTIMIZERS},
     data_keys=frozenset({"n_params", "n_tensors", "memory", "single_state_bytes", "expected_state", "state_fraction",
-                         "shard_elements", "diffs", "step_bytes", "step_ops", "tolerance"}),
+                         "shard_elements", "diffs", "step_bytes", "step_ops", "tolerance", "bytes_per_param"}),
 )
