@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_ddp_does_not_shrink_with_n_and_zero3_divides_everything(measured):
 
 def _page(measured) -> str:
     return ('<!doctype html><html lang="ko"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1"></head><body>'
+            '<meta name="viewport" content="width=device-width, initial-scale=1"><title>메모리 계산기</title></head><body>'
             f"{calculator(measured).data}</body></html>")
 
 
@@ -188,3 +189,15 @@ def test_widget_figure_bars_are_the_python_numbers(measured):
     expected = [memory.per_gpu(measured["fp32"]["sgd"], 1e9, 4, s, 1, 128, 256, 2)["state"] / 1e9
                 for s in memory.STRATEGIES]
     assert list(state.x) == expected
+
+
+def test_no_serious_accessibility_violations(open_page):
+    """axe-core, as the site's page tests run it: every control labelled, the bars described."""
+    import axe_playwright_python
+
+    from page_visit import AXE_JS
+
+    page, _, _ = open_page(viewport={"width": 1280, "height": 900})
+    page.add_script_tag(path=str(Path(axe_playwright_python.__file__).parent / "axe.min.js"))
+    serious = [v for v in page.evaluate(AXE_JS) if v["impact"] in ("serious", "critical")]
+    assert serious == [], serious

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import html_table
 
-# 13.3절의 실수: 무엇을 잘못하는가 (labs/lessons/zero.py의 SHARDED)
+# 13.4절의 실수: 무엇을 잘못하는가 (labs/lessons/zero.py의 SHARDED)
 MISTAKES = {
     "step_all_params": "모든 랭크가 모든 파라미터를 업데이트한다",
     "no_share": "내 몫을 업데이트하고 보내지 않는다",
