@@ -79,7 +79,7 @@
         "<thead><tr><th scope='col'>종류</th><th scope='col'>크기</th><th scope='col'>식</th></tr></thead><tbody>" +
         rows + "</tbody></table>" +
         "<p class='ddp-memcalc-note'>네 전략을 같은 입력으로 (세로줄: " + config.gpus.join(", ") +
-        " GB, 막대는 " + scaleText.toFixed(0) + " GB에서 자름)</p>" +
+        " GB, 막대는 " + scaleText.toFixed(0) + " GB에서 자름, GB = 10⁹바이트)</p>" +
         "<div class='ddp-memcalc-axis' aria-hidden='true'>" + axis + "</div>" +
         Object.keys(config.strategies).map(function (key) { return bar(x, key); }).join("");
     }
