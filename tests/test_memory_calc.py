@@ -45,6 +45,16 @@ def test_ddp_at_the_labs_size_is_what_the_ranks_held(runs, measured, opt):
                                                             held["master"][0] + held["moments"][0])
 
 
+def test_fp32_state_is_the_moments_the_optimizer_keeps(runs, measured):
+    """The per-element state (told apart by shape) is exactly the moment buffers torch's optimizers keep (told
+    apart by name: AdamW's exp_avg and exp_avg_sq, SGD's momentum_buffer), without AdamW's per-tensor step."""
+    zero = runs["zero"]
+    for opt, keys in {"adamw": ("exp_avg", "exp_avg_sq"), "sgd": ("momentum_buffer",)}.items():
+        by_key = zero.ranks[0][opt]["single"]["state_by_key"]
+        assert measured["fp32"][opt]["state"] * zero.data["n_params"] == sum(by_key[k] for k in keys)
+        assert set(by_key) - set(keys) == ({"step"} if opt == "adamw" else set())
+
+
 def test_zero1_at_the_labs_size_is_what_a_sharded_rank_held(runs, measured):
     """SGD keeps no per-tensor counter, and the lab's model splits evenly over 2 ranks: ZeRO-1's state per
     rank is exactly the calculator's k·Ψ/N."""
