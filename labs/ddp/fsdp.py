@@ -6,7 +6,8 @@ weight's name (what ``model.parameters()`` and the optimizer see). Around each s
 
 * before its forward (forward pre-hook) the shards are all-gathered into the whole weight;
 * after its forward the gathered weight's storage is freed (autograd keeps the tensor, not the bytes);
-* before its backward (backward pre-hook) the weight is all-gathered again into the same storage;
+* before its backward (a hook on the layer's output gradient) the weight is all-gathered again into
+  the same storage;
 * its weight gradient is reduce-scattered (summed, then divided by N) into the shard's ``.grad``, and
   the gathered weight is freed again.
 
@@ -74,7 +75,6 @@ class FullyShardedDP(nn.Module):
                 self.weights[layer] = self.shard(layer, f"{prefix}.weight" if prefix else "weight")
                 layer.register_forward_pre_hook(self.before_forward)
                 layer.register_forward_hook(self.after_forward)
-                layer.register_full_backward_pre_hook(self.before_backward)
         shards = {id(w.shard) for w in self.weights.values()}
         self.replicated = [p for p in module.parameters() if id(p) not in shards]  # 통째로 두는 파라미터
 
@@ -117,13 +117,15 @@ class FullyShardedDP(nn.Module):
         weight = self.weights[layer]
         layer._parameters["weight"] = GatherWeight.apply(weight.shard, self, weight)  # 순전파 동안만 전체 가중치
 
-    def after_forward(self, layer: nn.Module, inputs, output) -> None:
+    def after_forward(self, layer: nn.Module, inputs, output: torch.Tensor) -> None:
         weight = self.weights[layer]
         layer._parameters["weight"] = weight.shard  # 다시 샤드만
         self.free(weight)  # 역전파가 쓸 텐서는 autograd가 쥐고 있지만, 그 바이트는 지금 돌려준다
+        if output.requires_grad:  # 출력의 그래디언트가 계산되는 순간 = 이 층의 역전파가 시작되기 직전
+            output.register_hook(lambda grad: self.before_backward(weight))
 
-    def before_backward(self, layer: nn.Module, grad_output) -> None:
-        self.gather(self.weights[layer])  # 이 층의 역전파가 가중치를 읽기 직전에 다시 모은다
+    def before_backward(self, weight: ShardedWeight) -> None:
+        self.gather(weight)  # 이 층의 역전파가 가중치를 읽기 직전에 다시 모은다
 
     # --- 학습 루프가 부르는 것 -----------------------------------------------------------------------
 
