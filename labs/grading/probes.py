@@ -17,6 +17,9 @@ the parent where the reader's code cannot reach its thresholds:
 - ``frozen`` / ``tied``: elements reduced per iteration for a model with a frozen first layer and
   for two layers sharing one weight.
 
+A ZeRO-1 optimizer (``ShardedOptimizer`` or any ``torch.optim.Optimizer``) runs the probes of
+:mod:`labs.grading.zero_probes` instead.
+
 Every class runs on a fresh process group wrapped in torch's collective checker (the wrapper that
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs): ranks that issue different collectives get a named
 error at that call instead of a hang, or gloo aborting the process.
@@ -46,13 +49,15 @@ from ..comms import CollectiveCounter, mark
 from ..context import RankContext
 from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..primitives import max_abs_diff
-from .source import class_error
+from .source import class_error, kind_of
 
 LR = 0.05
 # AdamW는 0에 가까운 그래디언트 성분을 eps 정도까지 키운다: 기본 eps=1e-8이면 합하는 순서에 따른 반올림 차이
 # (1e-10 수준)가 torch DDP와 단일 프로세스 사이에서도 1e-4까지 커진다. eps를 키워 비교를 잘 조건화한다.
-OPTIMIZERS = {"sgd": lambda params: torch.optim.SGD(params, lr=LR, momentum=0.9),
-              "adamw": lambda params: torch.optim.AdamW(params, lr=0.01, weight_decay=0.01, eps=1e-5)}
+OPTIMIZER_ARGS = {"sgd": (torch.optim.SGD, {"lr": LR, "momentum": 0.9}),
+                  "adamw": (torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.01, "eps": 1e-5})}
+OPTIMIZERS = {name: lambda params, cls=cls, kwargs=kwargs: cls(params, **kwargs)
+              for name, (cls, kwargs) in OPTIMIZER_ARGS.items()}
 PROBES = ("broadcast", "train", "frozen", "tied")
 STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다리지 않은 All-Reduce는 finish가 돌아올 때 끝났을 수 없다
 WATCH_S = 0.2     # 멈춘 곳을 적는 간격
@@ -398,6 +403,15 @@ def probe_tied(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
 PROBE_FNS = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen, "tied": probe_tied}
 
 
+def probe_table(kind: str) -> tuple[tuple[str, ...], dict]:
+    """The probes of an interface (:func:`labs.grading.source.kind_of`), in the order they run."""
+    if kind == "zero":
+        from . import zero_probes  # 그 모듈이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
+
+        return zero_probes.PROBES, zero_probes.PROBE_FNS
+    return PROBES, PROBE_FNS
+
+
 def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> dict:
     """Every probe for one class; an exception is recorded with the reader's line, a mismatch stops the rest."""
     cls = getattr(module, name, None)
@@ -405,14 +419,16 @@ def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> di
         problem = class_error(name, cls)
     except (TypeError, ValueError) as error:  # 시그니처를 읽을 수 없는 호출 가능 객체
         problem = f"{name}의 생성자 모양을 읽을 수 없습니다: {error}"
-    out: dict = {"name": name, "bucketed": problem is None and takes_cap(cls), "input_error": problem,
-                 "errors": {}, "mismatch": None}
+    kind = kind_of(name, cls)
+    out: dict = {"name": name, "kind": kind, "bucketed": problem is None and kind == "ddp" and takes_cap(cls),
+                 "input_error": problem, "errors": {}, "mismatch": None}
     if problem is not None:
         return out
+    names, fns = probe_table(kind)
     with checked_group(ctx.backend) as original:
-        for key in PROBES:
+        for key in names:
             try:
-                out[key] = PROBE_FNS[key](ctx, cls, cfg, original)
+                out[key] = fns[key](ctx, cls, cfg, original)
             except BaseException as error:  # 읽는 사람의 코드가 낸 것은 무엇이든 기록한다 (SystemExit도)
                 if MISMATCH in str(error):  # 모든 랭크가 같은 호출에서 함께 알아챈다
                     out["mismatch"] = _short_mismatch(str(error))

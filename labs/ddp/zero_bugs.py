@@ -1,0 +1,62 @@
+"""A gallery of named ZeRO-1 bugs (chapter 13): each a small override of :class:`labs.ddp.ShardedOptimizer`.
+
+Every class here is a mistake a reader can really make. ``python -m labs grade labs/ddp/zero_bugs.py
+--class NAME`` runs it on real ranks (a name other than ``ShardedOptimizer`` is graded as a DDP, so the
+tests grade each bug under the name ``ShardedOptimizer``: :func:`as_sharded_optimizer`). ``BUGS`` maps
+each name to the checks that must fail, the first of them in the grader's order being its diagnosis.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from labs.ddp.zero import ShardedOptimizer
+
+
+class NoShare(ShardedOptimizer):
+    """Updates its shard and never sends it: the other ranks keep a stale copy."""
+
+    def share_params(self) -> None:
+        pass
+
+
+class StepAllParams(ShardedOptimizer):
+    """Shards nothing: every rank steps every parameter, so the optimizer state is not divided at all."""
+
+    def is_mine(self, param: torch.Tensor) -> bool:
+        return True
+
+
+class WrongOwner(ShardedOptimizer):
+    """Broadcasts every parameter from rank 0, whoever updated it: rank 0's stale copy overwrites the others'."""
+
+    def share_params(self) -> None:
+        for p in self.owner:
+            dist.broadcast(p.detach(), group_src=0, group=self.process_group)
+
+
+class IgnoresLaterGroup(ShardedOptimizer):
+    """Builds its shard from the constructor's groups only: a group added later with ``add_param_group``
+    shows in ``param_groups`` but is never stepped nor shared."""
+
+    def __init__(self, params, optimizer_cls, **kwargs):
+        super().__init__(params, optimizer_cls, **kwargs)
+        self.built = True
+
+    def add_param_group(self, param_group: dict) -> None:
+        if not getattr(self, "built", False):
+            super().add_param_group(param_group)
+            return
+        torch.optim.Optimizer.add_param_group(self, param_group)
+        self.local_groups.append(None)
+
+
+# 버그마다 실패하는 확인(N=2), 첫 번째가 진단: 테스트가 정확히 이 집합을 확인한다
+BUGS = {
+    "NoShare": ("step_shares_params", "replicas_identical", "params_updated", "param_groups_honoured",
+                "matches_oracles"),
+    "StepAllParams": ("state_divided",),
+    "WrongOwner": ("params_updated", "param_groups_honoured", "matches_oracles"),
+    "IgnoresLaterGroup": ("param_groups_honoured",),
+}
