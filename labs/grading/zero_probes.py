@@ -28,7 +28,7 @@ from ..comms import CollectiveCounter, carried_bytes
 from ..context import RankContext
 from ..models import fingerprint, layer_stack, mse_backward, rank_batch, storage_bytes, wrap_ddp
 from ..primitives import max_abs_diff
-from .probes import LR, OPTIMIZER_ARGS, _data
+from .probes import OPTIMIZER_ARGS, _data
 
 PROBES = ("train", "groups")
 LATER_LR = 0.15     # add_param_group으로 나중에 더하는 그룹의 학습률: 생성자의 lr과 달라야 무시했는지 보인다
