@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import launch
 from .errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
-from .grading.hints import ZERO_HINTS
+from .grading.hints import FSDP_CAUSES, FSDP_HINTS, ZERO_HINTS
 from .grading.judge import checks_of
 from .grading.source import DEFAULT_CLASSES, GradeInputError, class_names, default_classes, exit_calls, kind_of
 from .lessons.grade import REFERENCE
@@ -79,11 +79,14 @@ HINTS = {
 }
 
 # 인터페이스마다(labs.grading.source.kind_of) 확인의 설명: 예외는 어느 인터페이스든 같은 말로
-HINTS_OF = {"ddp": HINTS, "zero": {"runs_without_error": HINTS["runs_without_error"], **ZERO_HINTS}}
+HINTS_OF = {"ddp": HINTS, "zero": {"runs_without_error": HINTS["runs_without_error"], **ZERO_HINTS},
+            "fsdp": {"runs_without_error": HINTS["runs_without_error"], **FSDP_HINTS}}
+ORACLES = {"ddp": "DDP", "single": "단일"}  # 파라미터를 견준 기준의 이름
 # 보고서 머리의 인터페이스 이름과, 모두 통과했을 때의 한 줄
-TITLES = {"zero": "ZeRO-1 옵티마이저"}
+TITLES = {"zero": "ZeRO-1 옵티마이저", "fsdp": "FSDP"}
 PASSED = {"ddp": "실제 랭크에서 torch DDP와 같은 결과를 냅니다.",
-          "zero": "실제 랭크에서 옵티마이저 상태를 나눠 가지면서 torch DDP + 같은 옵티마이저와 같은 결과를 냅니다."}
+          "zero": "실제 랭크에서 옵티마이저 상태를 나눠 가지면서 torch DDP + 같은 옵티마이저와 같은 결과를 냅니다.",
+          "fsdp": "실제 랭크에서 가중치를 1/N씩 나눠 가지면서 단일 프로세스와 같은 결과를 냅니다."}
 
 # grads_averaged가 실패했을 때 그래디언트가 무엇이었는지(labs.grading.judge.grad_cause)에 따른 원인과 고칠 곳
 GRAD_CAUSES = {
@@ -204,6 +207,8 @@ def failed_checks(result: LabResult, name: str) -> set[str]:
 def cause_text(cls: dict, check: str) -> tuple[str, str]:
     """Why the check most likely failed and where to look (for grads_averaged: what the gradients were)."""
     cause = cls["grad_cause"]
+    if cls["kind"] == "fsdp" and check == "grads_averaged" and cause:
+        return FSDP_CAUSES[cause["cause"]]
     if check == "grads_averaged" and cause:
         if cause["cause"] == "not_reduced" and not cause["all"]:
             return (f"이 파라미터들만 p.grad가 이 랭크 자신의 그래디언트 그대로입니다: {', '.join(cause['params'])}. "
@@ -237,11 +242,11 @@ def report(result: LabResult) -> str:
         if cls["diffs"]:
             d = cls["diffs"]
             lines.append("파라미터 최대 차이: " + ", ".join(
-                f"{opt.upper()} vs DDP {d[opt]['ddp']:.2e} · vs 단일 {d[opt]['single']:.2e}" for opt in d)
+                f"{opt.upper()} " + " · ".join(f"vs {ORACLES[k]} {v:.2e}" for k, v in d[opt].items()) for opt in d)
                 + f" (허용 {result.data['tolerance']:g})")
-        if cls.get("step_calls"):
-            calls = cls["step_calls"]
-            lines.append("랭크 0의 첫 step()이 부른 집합 통신: " + (", ".join(
+        if cls.get("calls"):
+            calls = cls["calls"]
+            lines.append(f"랭크 0의 {calls['where']}이 부른 집합 통신: " + (", ".join(
                 f"{op} {count}번" for op, count in sorted(calls["ops"].items())) or "없음") + f", {calls['bytes']:,}바이트")
         for probe, text in cls["errors"].items():
             lines.append(f"실행 중 예외 ({probe} 검사): {text}")

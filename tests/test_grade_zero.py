@@ -131,7 +131,7 @@ def test_held_out_styles_pass(tmp_path):
     result = labs.grade(path, ["ContiguousShards", "SlicesAllGather"], timeout=240, **SMALL)
     for name in ("ContiguousShards", "SlicesAllGather"):
         assert diagnosis(result, name) is None, report(result)
-    calls = {c["name"]: c["step_calls"]["ops"] for c in result.data["classes"]}
+    calls = {c["name"]: c["calls"]["ops"] for c in result.data["classes"]}
     assert calls == {"ContiguousShards": {"broadcast": 12}, "SlicesAllGather": {"all_gather": 12}}, calls
 
 

@@ -298,20 +298,18 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
 
 def judge_of(kind: str):
     """``class_checks`` of an interface (:func:`labs.grading.source.kind_of`)."""
-    if kind == "zero":
-        from . import zero_judge  # 그 모듈이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
-
-        return zero_judge.class_checks
-    return class_checks
+    return class_checks if kind == "ddp" else _sharded_judge(kind).class_checks
 
 
 def checks_of(kind: str) -> tuple[str, ...]:
     """The checks of an interface in the order of diagnosis."""
-    if kind == "zero":
-        from . import zero_judge
+    return CHECKS if kind == "ddp" else _sharded_judge(kind).CHECKS
 
-        return zero_judge.CHECKS
-    return CHECKS
+
+def _sharded_judge(kind: str):
+    from . import fsdp_judge, zero_judge  # 그 모듈들이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
+
+    return zero_judge if kind == "zero" else fsdp_judge
 
 
 def input_error(ranks: list[dict]) -> str | None:

@@ -18,7 +18,8 @@ the parent where the reader's code cannot reach its thresholds:
   for two layers sharing one weight.
 
 A ZeRO-1 optimizer (``ShardedOptimizer`` or any ``torch.optim.Optimizer``) runs the probes of
-:mod:`labs.grading.zero_probes` instead.
+:mod:`labs.grading.zero_probes` instead, a small FSDP (``FullyShardedDP``) those of
+:mod:`labs.grading.fsdp_probes`.
 
 Every class runs on a fresh process group wrapped in torch's collective checker (the wrapper that
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs): ranks that issue different collectives get a named
@@ -37,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,7 +47,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed import distributed_c10d
 
-from ..comms import CollectiveCounter, mark
+from ..comms import CollectiveCounter, carried_bytes, mark
 from ..context import RankContext
 from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..primitives import max_abs_diff
@@ -153,6 +155,7 @@ def import_file(path: str, watch: StackWatch):
     try:
         spec = importlib.util.spec_from_file_location(f"reader_ddp_{Path(path).stem}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # @dataclass 등 클래스의 모듈을 sys.modules에서 찾는 코드를 위해
         spec.loader.exec_module(module)
     except BaseException as error:  # SystemExit, KeyboardInterrupt도: 채점기를 끝내게 두지 않는다
         return None, {"kind": type(error).__name__, "text": describe_error(error, path)}
@@ -243,6 +246,14 @@ def compare_grad(g, oracle, ranks_own: list, rank: int, previous) -> dict:
             "local_res": local_res,
             "op_err": {op: min(_rel(g, combine(own)), _rel(g, combine(own) / n)) for op, combine in OTHER_OPS.items()},
             "prev_err": None if previous is None else _rel(g, previous.reshape(-1).double())}
+
+
+def float_calls(counter: CollectiveCounter) -> dict:
+    """The block's work items that carried floating-point values (the collective checker's own calls carry
+    integers: its fingerprints): how many of each op, the elements and the bytes."""
+    items = [item for item in counter.items if item["dtype"].startswith(("float", "bfloat"))]
+    return {"ops": dict(Counter(item["op"] for item in items)), "elements": sum(item["numel"] for item in items),
+            "bytes": carried_bytes(items)}
 
 
 def settle(ctx: RankContext) -> None:
@@ -405,11 +416,13 @@ PROBE_FNS = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe
 
 def probe_table(kind: str) -> tuple[tuple[str, ...], dict]:
     """The probes of an interface (:func:`labs.grading.source.kind_of`), in the order they run."""
-    if kind == "zero":
-        from . import zero_probes  # 그 모듈이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
+    if kind == "ddp":
+        return PROBES, PROBE_FNS
+    # 그 모듈들이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
+    from . import fsdp_probes, zero_probes
 
-        return zero_probes.PROBES, zero_probes.PROBE_FNS
-    return PROBES, PROBE_FNS
+    chosen = zero_probes if kind == "zero" else fsdp_probes
+    return chosen.PROBES, chosen.PROBE_FNS
 
 
 def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> dict:
@@ -421,7 +434,7 @@ def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> di
         problem = f"{name}의 생성자 모양을 읽을 수 없습니다: {error}"
     kind = kind_of(name, cls)
     out: dict = {"name": name, "kind": kind, "bucketed": problem is None and kind == "ddp" and takes_cap(cls),
-                 "input_error": problem, "errors": {}, "mismatch": None}
+                 "input_error": problem, "errors": {}, "phases": {}, "mismatch": None}
     if problem is not None:
         return out
     names, fns = probe_table(kind)
@@ -434,6 +447,7 @@ def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> di
                     out["mismatch"] = _short_mismatch(str(error))
                     break
                 out["errors"][key] = describe_error(error, path)
+                out["phases"][key] = getattr(error, "labs_phase", None)  # 13장의 FSDP 검사가 붙이는 단계
     return out
 
 

@@ -111,13 +111,12 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
     mismatch = next((r["classes"][j]["mismatch"] for r in ranks if r["classes"][j]["mismatch"]), None)
     rec = {p: _records(ranks, j, p) for p in PROBE_NAMES}
     t, g = rec["train"], rec["groups"]
-    facts: dict = {"grad_cause": None, "mismatch": mismatch, "first_step": None, "diffs": None,
-                   "step_calls": None}
+    facts: dict = {"grad_cause": None, "mismatch": mismatch, "first_step": None, "diffs": None, "calls": None}
     if t:
         facts["diffs"] = {opt: {k: max(r["runs"][opt]["diffs"][k] for r in t) for k in ("ddp", "single")}
                           for opt in t[0]["runs"]}
-        facts["step_calls"] = {"ops": t[0]["runs"]["sgd"]["steps"][0]["ops"],
-                               "bytes": t[0]["runs"]["sgd"]["steps"][0]["bytes"]}
+        first = t[0]["runs"]["sgd"]["steps"][0]
+        facts["calls"] = {"where": "첫 step()", "ops": first["ops"], "bytes": first["bytes"]}
     makers = {
         "step_shares_params": lambda: _shares(t, sum(t[0]["numels"])),
         "replicas_identical": lambda: _replicas(t),

@@ -19,42 +19,25 @@ same averaged gradient before ``step()``; the reader's optimizer works on the ch
 from __future__ import annotations
 
 import copy
-from collections import Counter
 
 import torch
 from torch import nn
 
-from ..comms import CollectiveCounter, carried_bytes
+from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import fingerprint, layer_stack, mse_backward, rank_batch, storage_bytes, wrap_ddp
 from ..primitives import max_abs_diff
-from .probes import OPTIMIZER_ARGS, _data
+from .probes import OPTIMIZER_ARGS, _data, float_calls
+from .reach import reachable
 
 PROBES = ("train", "groups")
 LATER_LR = 0.15     # add_param_group으로 나중에 더하는 그룹의 학습률: 생성자의 lr과 달라야 무시했는지 보인다
-SEARCH_DEPTH = 4    # 옵티마이저 객체 안에서 다른 옵티마이저(로컬 샤드의 옵티마이저 등)를 찾아 내려가는 깊이
 
 
 def held_optimizers(root: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
-    """``root`` and every torch optimizer reachable from its attributes (lists, tuples, dicts included):
-    wherever the reader keeps the optimizer of its shard, its ``state`` is found."""
-    found, seen, frontier = [], set(), [root]
-    for _ in range(SEARCH_DEPTH):
-        nxt = []
-        for obj in frontier:
-            if id(obj) in seen or torch.is_tensor(obj) or isinstance(obj, nn.Module):
-                continue
-            seen.add(id(obj))
-            if isinstance(obj, torch.optim.Optimizer):
-                found.append(obj)
-            if isinstance(obj, dict):
-                nxt += list(obj.values())
-            elif isinstance(obj, (list, tuple, set)):
-                nxt += list(obj)
-            elif hasattr(obj, "__dict__") and not type(obj).__module__.startswith("torch.distributed"):
-                nxt += list(vars(obj).values())  # 옵티마이저와 읽는 사람이 만든 객체의 속성
-        frontier = nxt
-    return found
+    """``root`` and every torch optimizer it keeps (:func:`labs.grading.reach.reachable`): wherever the
+    reader keeps the optimizer of its shard, its ``state`` is found."""
+    return [obj for obj in reachable(root) if isinstance(obj, torch.optim.Optimizer)]
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -73,14 +56,6 @@ def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
     skip = {t.untyped_storage().data_ptr() for p in model.parameters() for t in (p, p.grad) if t is not None}
     tensors = [t for opt in held_optimizers(optimizer) for s in opt.state.values() for t in _tensors(s)]
     return storage_bytes(t for t in tensors if t.untyped_storage().data_ptr() not in skip)
-
-
-def _step_record(counter: CollectiveCounter, model: nn.Module) -> dict:
-    """The collectives one ``step()`` issued that carried floating-point values (the collective checker's
-    own calls carry integers: its fingerprints), and the parameters' fingerprint after it."""
-    items = [item for item in counter.items if item["dtype"].startswith(("float", "bfloat"))]
-    return {"ops": dict(Counter(item["op"] for item in items)), "elements": sum(item["numel"] for item in items),
-            "bytes": carried_bytes(items), "fingerprint": fingerprint(model)}
 
 
 def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
@@ -110,7 +85,7 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
                 mine.step()  # 이 안에서 일어난 집합 통신만 센다
             for opt in theirs:
                 opt.step()
-            steps.append(_step_record(counter, model))
+            steps.append({**float_calls(counter), "fingerprint": fingerprint(model)})
             if first is None:
                 first = [{"ref": max_abs_diff(p, q), "before": max_abs_diff(p, b)}
                          for p, q, b in zip(model.parameters(), ref.parameters(), before)]
