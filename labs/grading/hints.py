@@ -57,8 +57,8 @@ FSDP_HINTS = {
                                 "역전파가 0바이트로 돌려준 가중치를 읽었습니다: 순전파 뒤 모은 가중치를 버리고, 그 층의 "
                                 "역전파 전에 다시 모으지 않았습니다. autograd는 텐서를 쥐고 있지만 그 바이트는 이미 "
                                 "없습니다.",
-                                "층마다 layer.register_full_backward_pre_hook(…)에서 다시 All-Gather하고, 그 층의 "
-                                "역전파가 끝난 뒤에 버리세요"),
+                                "그 층의 역전파가 시작되기 직전에 다시 All-Gather하세요(예: 순전파 훅에서 출력에 "
+                                "output.register_hook(…)을 걸어), 그리고 그 층의 역전파가 끝난 뒤에 버리세요"),
     "grads_averaged": ("샤드의 그래디언트 = 전역 배치의 평균", "", ""),
     "grads_fp32": ("compute_dtype에서도 마스터 가중치와 그래디언트는 float32",
                    "compute_dtype=torch.bfloat16일 때 옵티마이저가 보는 파라미터나 그 그래디언트가 float32가 아닙니다: "
