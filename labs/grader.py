@@ -2,7 +2,9 @@
 
 The file is checked once here from its syntax tree, before any rank starts (:mod:`labs.grading.source`:
 it exists, its path and size are sane, it parses, it defines the classes, their constructors take
-``(module)`` or ``(module, bucket_cap_mb)``); it is never executed in this process. The ``grade`` lab
+``(module)`` or ``(module, bucket_cap_mb)``; chapter 13's ``ShardedOptimizer(params, optimizer_cls, **kwargs)``
+and ``FullyShardedDP(module, compute_dtype=None)`` are graded against their own interfaces, with the
+words of :mod:`labs.grading.hints`); it is never executed in this process. The ``grade`` lab
 (:mod:`labs.lessons.grade`) then imports and runs it inside N real ranks under the time limit, and
 :func:`report` explains each check: an exception in the reader's code first, with its file and line.
 """
