@@ -1,7 +1,8 @@
 """``python -m labs grade FILE --class ShardedOptimizer``: a reader's ZeRO-1 optimizer graded on real ranks.
 
 The reference (labs.ddp.ShardedOptimizer) passes at N = 1..3; held-out correct styles written here (an
-all_gather of per-parameter slices, a partition by contiguous parameter index) pass every check; each bug of
+all_gather of per-parameter slices, a partition by contiguous parameter index) and torch's
+ZeroRedundancyOptimizer pass every check; each bug of
 the gallery (labs/ddp/zero_bugs.py) fails exactly its named checks, the first being its diagnosis, with its
 cause in the report; a bad file or class ends in a Korean error with exit 2 before any rank starts.
 """
@@ -27,6 +28,7 @@ SMALL = {"steps": 2}
 STYLES = '''\
 import torch
 import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 
 class ContiguousShards(torch.optim.Optimizer):
@@ -127,12 +129,15 @@ def test_reference_passes_every_check(nproc):
 
 
 def test_held_out_styles_pass(tmp_path):
+    """Two styles written here, and torch's own ZeroRedundancyOptimizer (the grader's independent check)."""
     path = write(tmp_path, "zero_styles.py", STYLES)
-    result = labs.grade(path, ["ContiguousShards", "SlicesAllGather"], timeout=240, **SMALL)
-    for name in ("ContiguousShards", "SlicesAllGather"):
+    names = ["ContiguousShards", "SlicesAllGather", "ZeroRedundancyOptimizer"]
+    result = labs.grade(path, names, timeout=240, **SMALL)
+    for name in names:
         assert diagnosis(result, name) is None, report(result)
     calls = {c["name"]: c["calls"]["ops"] for c in result.data["classes"]}
-    assert calls == {"ContiguousShards": {"broadcast": 12}, "SlicesAllGather": {"all_gather": 12}}, calls
+    assert calls == {"ContiguousShards": {"broadcast": 12}, "SlicesAllGather": {"all_gather": 12},
+                     "ZeroRedundancyOptimizer": {"broadcast": 12}}, calls
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,9 @@ def _children(obj) -> list:
                     continue
         nodes = [node for node, _ in obj.next_functions if node is not None]
         return nodes + saved + list(getattr(obj, "__dict__", {}).values())
-    if type(obj).__module__.startswith("torch.distributed") or not hasattr(obj, "__dict__"):
-        return []
+    if not hasattr(obj, "__dict__") or (type(obj).__module__.startswith(("torch._C", "torch.distributed"))
+                                        and not isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))):
+        return []  # 프로세스 그룹 같은 torch의 객체: 그 안의 텐서는 읽는 사람이 쥔 것이 아니다
     return list(vars(obj).values())
 
 

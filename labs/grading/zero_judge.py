@@ -79,10 +79,10 @@ def _state(t: list[dict], n: int):
         bound = sum(single) / n + max(single)
         ok = ok and max(held) <= bound
         parts.append(f"{OPT_NAMES[opt]} 랭크별 {held}바이트(한 프로세스 {sum(single):,}, 기준 ≤ {bound:,.0f})")
-    if not any(r["runs"][opt]["state_bytes"] for r in t for opt in r["runs"]):
-        return not_applicable("state_divided", "옵티마이저 상태 텐서를 찾지 못함: 상태는 optimizer_cls로 만든 "
-                                               "torch 옵티마이저의 state에 있어야 잴 수 있다")
-    return check_true("state_divided", ok, "; ".join(parts),
+    found = any(r["runs"][opt]["state_bytes"] for r in t for opt in r["runs"])
+    return check_true("state_divided", ok and found, "; ".join(parts) + ("" if found else
+                      " — 어느 랭크에서도 옵티마이저 상태를 찾지 못함: 상태는 optimizer_cls로 만든 torch 옵티마이저의 "
+                      "state에 있어야 잴 수 있다"),
                       "랭크마다 옵티마이저 상태(가진 torch 옵티마이저들의 state, 저장소 바이트)가 한 프로세스의 1/N에 "
                       "가장 큰 텐서 하나의 상태를 더한 것 이하다")
 
