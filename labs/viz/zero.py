@@ -41,9 +41,9 @@ CLAIMS = {
 }
 
 
-def failed_checks(result) -> list[str]:
-    """The claims of the checks a run failed, short (CLAIMS) where there is a short form."""
-    return [CLAIMS.get(c.name, c.description) for c in result.checks.values() if c.applicable and not c.ok]
+def failed_checks(result, claims: dict = CLAIMS) -> list[str]:
+    """The claims of the checks a run failed, short (``claims``) where there is a short form."""
+    return [claims.get(c.name, c.description) for c in result.checks.values() if c.applicable and not c.ok]
 
 
 def mistakes_table(results: dict):
