@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("path", nargs="?", default=None,
                        help="채점할 파이썬 파일 (예: my_ddp.py; 비우면 참조 구현 labs/miniddp.py)")
     grade.add_argument("--class", dest="classes", action="append", default=[], metavar="NAME",
-                       help="채점할 클래스 (여러 번 가능; 기본: 파일에 있는 PerParameterDDP, BucketedDDP)")
+                       help="채점할 클래스 (여러 번 가능; 기본: 파일에 있는 PerParameterDDP, BucketedDDP; "
+                            "13장의 ShardedOptimizer, FullyShardedDP는 그 인터페이스로 채점)")
     grade.add_argument("--nproc", type=int, default=2, help="랭크 수 N (기본 2; torchrun 아래에서는 무시)")
     grade.add_argument("--backend", default="auto", choices=BACKENDS, help="auto(기본), gloo, nccl")
     grade.add_argument("--timeout", type=float, default=30.0, help="제한 시간(초): 교착은 이 시간 뒤 위치와 함께 보고")

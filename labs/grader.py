@@ -2,7 +2,9 @@
 
 The file is checked once here from its syntax tree, before any rank starts (:mod:`labs.grading.source`:
 it exists, its path and size are sane, it parses, it defines the classes, their constructors take
-``(module)`` or ``(module, bucket_cap_mb)``); it is never executed in this process. The ``grade`` lab
+``(module)`` or ``(module, bucket_cap_mb)``; chapter 13's ``ShardedOptimizer(params, optimizer_cls, **kwargs)``
+and ``FullyShardedDP(module, compute_dtype=None)`` are graded against their own interfaces, with the
+words of :mod:`labs.grading.hints`); it is never executed in this process. The ``grade`` lab
 (:mod:`labs.lessons.grade`) then imports and runs it inside N real ranks under the time limit, and
 :func:`report` explains each check: an exception in the reader's code first, with its file and line.
 """
@@ -16,8 +18,9 @@ from pathlib import Path
 
 from . import launch
 from .errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
-from .grading.judge import CHECKS
-from .grading.source import DEFAULT_CLASSES, GradeInputError, class_names, default_classes, exit_calls
+from .grading.hints import FSDP_CAUSES, FSDP_HINTS, ZERO_HINTS
+from .grading.judge import checks_of
+from .grading.source import DEFAULT_CLASSES, GradeInputError, class_names, default_classes, exit_calls, kind_of
 from .lessons.grade import REFERENCE
 from .registry import get_lab
 from .result import LabResult, _fmt
@@ -76,6 +79,16 @@ HINTS = {
                         "고치세요.",
                         "finish_gradient_synchronization(): 기다린 뒤 p.grad를 world_size로 나누기"),
 }
+
+# 인터페이스마다(labs.grading.source.kind_of) 확인의 설명: 예외는 어느 인터페이스든 같은 말로
+HINTS_OF = {"ddp": HINTS, "zero": {"runs_without_error": HINTS["runs_without_error"], **ZERO_HINTS},
+            "fsdp": {"runs_without_error": HINTS["runs_without_error"], **FSDP_HINTS}}
+ORACLES = {"ddp": "DDP", "single": "단일"}  # 파라미터를 견준 기준의 이름
+# 보고서 머리의 인터페이스 이름과, 모두 통과했을 때의 한 줄
+TITLES = {"zero": "ZeRO-1 옵티마이저", "fsdp": "FSDP"}
+PASSED = {"ddp": "실제 랭크에서 torch DDP와 같은 결과를 냅니다.",
+          "zero": "실제 랭크에서 옵티마이저 상태를 나눠 가지면서 torch DDP + 같은 옵티마이저와 같은 결과를 냅니다.",
+          "fsdp": "실제 랭크에서 가중치를 1/N씩 나눠 가지면서 단일 프로세스와 같은 결과를 냅니다."}
 
 # grads_averaged가 실패했을 때 그래디언트가 무엇이었는지(labs.grading.judge.grad_cause)에 따른 원인과 고칠 곳
 GRAD_CAUSES = {
@@ -174,9 +187,14 @@ def _explained(err: LabError, path: str | Path, trace_dir: str) -> LabError:
     return err
 
 
+def _kind(result: LabResult, name: str) -> str:
+    """The interface class ``name`` was graded against (by its name when the file could not be graded)."""
+    return next((c["kind"] for c in result.data["classes"] if c["name"] == name), kind_of(name))
+
+
 def diagnosis(result: LabResult, name: str) -> str | None:
     """The first failing check of class ``name`` in the grader's order: the most likely cause."""
-    for check in CHECKS:
+    for check in checks_of(_kind(result, name)):
         c = result.checks.get(f"{name}.{check}")
         if c is not None and not c.ok:
             return check
@@ -184,12 +202,15 @@ def diagnosis(result: LabResult, name: str) -> str | None:
 
 
 def failed_checks(result: LabResult, name: str) -> set[str]:
-    return {c for c in CHECKS if f"{name}.{c}" in result.checks and not result.checks[f"{name}.{c}"].ok}
+    return {c for c in checks_of(_kind(result, name))
+            if f"{name}.{c}" in result.checks and not result.checks[f"{name}.{c}"].ok}
 
 
 def cause_text(cls: dict, check: str) -> tuple[str, str]:
     """Why the check most likely failed and where to look (for grads_averaged: what the gradients were)."""
     cause = cls["grad_cause"]
+    if cls["kind"] == "fsdp" and check == "grads_averaged" and cause:
+        return FSDP_CAUSES[cause["cause"]]
     if check == "grads_averaged" and cause:
         if cause["cause"] == "not_reduced" and not cause["all"]:
             return (f"이 파라미터들만 p.grad가 이 랭크 자신의 그래디언트 그대로입니다: {', '.join(cause['params'])}. "
@@ -197,7 +218,7 @@ def cause_text(cls: dict, check: str) -> tuple[str, str]:
                     "훅을 거는 목록과 버킷에 넣는 목록이 학습하는 모든 파라미터를 담는지 보세요")
         why, where = GRAD_CAUSES[cause["cause"]]
         return why.format(op=cause.get("op")), where
-    _, why, where = HINTS[check]
+    _, why, where = HINTS_OF[cls["kind"]][check]
     return why, where
 
 
@@ -205,32 +226,37 @@ def report(result: LabResult) -> str:
     """The Korean report: every check, its measured value, and for a failure the cause and where to look."""
     lines = []
     for cls in result.data["classes"]:
-        name = cls["name"]
-        head = (f"채점: 클래스 {name}({'버킷' if cls['bucketed'] else '파라미터별'}) · "
-                f"랭크 N={result.world_size} ({result.backend})")
+        name, kind = cls["name"], cls["kind"]
+        title = TITLES.get(kind) or ("버킷" if cls["bucketed"] else "파라미터별")
+        head = f"채점: 클래스 {name}({title}) · 랭크 N={result.world_size} ({result.backend})"
+        checks, hints = checks_of(kind), HINTS_OF[kind]
         lines += [head, "=" * len(head)]
         cause = diagnosis(result, name)
         if cause == "runs_without_error":  # 예외가 먼저: 읽는 사람의 파일과 줄이 맨 앞에 온다
             lines.append(f"예외: {result.checks[f'{name}.runs_without_error'].value}")
-        for check in CHECKS:
+        for check in checks:
             c = result.checks[f"{name}.{check}"]
             mark = "해당 없음" if not c.applicable else ("통과" if c.ok else "실패")
             measured = f" — 측정 {_fmt(c.value)} (기준 {c.criterion()})" if c.applicable else ""
-            lines.append(f"[{mark}] {HINTS[check][0]} ({check}){measured}")
+            lines.append(f"[{mark}] {hints[check][0]} ({check}){measured}")
             if not c.applicable:
                 lines.append(f"        {c.description}")
         if cls["diffs"]:
             d = cls["diffs"]
             lines.append("파라미터 최대 차이: " + ", ".join(
-                f"{opt.upper()} vs DDP {d[opt]['ddp']:.2e} · vs 단일 {d[opt]['single']:.2e}" for opt in d)
+                f"{opt.upper()} " + " · ".join(f"vs {ORACLES[k]} {v:.2e}" for k, v in d[opt].items()) for opt in d)
                 + f" (허용 {result.data['tolerance']:g})")
+        if cls.get("calls"):
+            calls = cls["calls"]
+            lines.append(f"랭크 0의 {calls['where']}이 부른 집합 통신: " + (", ".join(
+                f"{op} {count}번" for op, count in sorted(calls["ops"].items())) or "없음") + f", {calls['bytes']:,}바이트")
         for probe, text in cls["errors"].items():
             lines.append(f"실행 중 예외 ({probe} 검사): {text}")
         if cause is None:
-            lines.append(f"결과: 확인 {len(CHECKS)}개 모두 통과했습니다. 실제 랭크에서 torch DDP와 같은 결과를 냅니다.")
+            lines.append(f"결과: 확인 {len(checks)}개 모두 통과했습니다. {PASSED[kind]}")
         else:
             why, where = cause_text(cls, cause)
-            lines += [f"결과: 확인 {len(CHECKS)}개 중 {len(failed_checks(result, name))}개 실패.",
+            lines += [f"결과: 확인 {len(checks)}개 중 {len(failed_checks(result, name))}개 실패.",
                       f"가장 가능성 높은 원인 ({cause}): {why}", f"볼 곳: {where}"]
         lines.append("")
     return "\n".join(lines).rstrip()

@@ -148,13 +148,30 @@ def _records(ranks: list[dict], j: int, probe: str) -> list[dict] | None:
     return None if any(rec is None for rec in records) else records
 
 
-def _first_error(ranks: list[dict], j: int) -> str | None:
-    for probe in ("broadcast", "train", "frozen", "tied"):
+def _first_error(ranks: list[dict], j: int, probe_names: dict = PROBE_NAMES) -> str | None:
+    """The first exception of class ``j``, probes in the order of ``probe_names``, with the rank."""
+    for probe in probe_names:
         for r in ranks:
             text = r["classes"][j]["errors"].get(probe)
             if text:
-                return f"랭크 {r['rank']}, {PROBE_NAMES[probe]}: {text}"
+                return f"랭크 {r['rank']}, {probe_names[probe]}: {text}"
     return None
+
+
+def leading_checks(error: str | None, mismatch: str | None) -> list:
+    """The first two checks of every interface: an exception, then ranks that disagree on a collective."""
+    return [check_true("runs_without_error", error is None, error or "예외 없음",
+                       "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
+            check_true("same_collectives_on_ranks", mismatch is None, mismatch or "모든 호출 일치",
+                       "모든 랭크가 같은 순서로 같은 크기의 집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 "
+                       "랭크끼리 맞춰 봄)")]
+
+
+def unmeasured(name: str, probe_name: str, mismatch: str | None):
+    """Why a check could not be measured: the ranks' collectives diverged, or its probe raised."""
+    why = "랭크들의 집합 통신이 어긋나 측정할 수 없음(먼저 same_collectives_on_ranks를 고치세요)" if mismatch \
+        else f"{probe_name} 예외가 나서 측정하지 못함(먼저 runs_without_error를 고치세요)"
+    return not_applicable(name, why)
 
 
 def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
@@ -171,18 +188,12 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
         if any(s != sizes[0] for s in sizes):
             mismatch = "랭크마다 All-Reduce 호출(원소 수)이 다름: " + "; ".join(
                 f"랭크 {i}: {s[0]}" for i, s in enumerate(sizes))
-    checks = [check_true("runs_without_error", error is None, error or "예외 없음",
-                         "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
-              check_true("same_collectives_on_ranks", mismatch is None, mismatch or "모든 호출 일치",
-                         "모든 랭크가 같은 순서로 같은 크기의 집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 "
-                         "랭크끼리 맞춰 봄)")]
+    checks = leading_checks(error, mismatch)
 
     def measured(name: str, make):
         probe = PROBE_OF[name]
         if rec[probe] is None or mismatch:
-            why = "랭크들의 집합 통신이 어긋나 측정할 수 없음(먼저 same_collectives_on_ranks를 고치세요)" if mismatch \
-                else f"{PROBE_NAMES[probe]} 예외가 나서 측정하지 못함(먼저 runs_without_error를 고치세요)"
-            return not_applicable(name, why)
+            return unmeasured(name, PROBE_NAMES[probe], mismatch)
         return make()
 
     def buffers():
@@ -285,6 +296,22 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
     return checks, facts
 
 
+def judge_of(kind: str):
+    """``class_checks`` of an interface (:func:`labs.grading.source.kind_of`)."""
+    return class_checks if kind == "ddp" else _sharded_judge(kind).class_checks
+
+
+def checks_of(kind: str) -> tuple[str, ...]:
+    """The checks of an interface in the order of diagnosis."""
+    return CHECKS if kind == "ddp" else _sharded_judge(kind).CHECKS
+
+
+def _sharded_judge(kind: str):
+    from . import fsdp_judge, zero_judge  # 그 모듈들이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
+
+    return zero_judge if kind == "zero" else fsdp_judge
+
+
 def input_error(ranks: list[dict]) -> str | None:
     """Why the file could not be graded at all (exit 2): its import, a change to the grader, a class's shape."""
     for r in ranks:
@@ -313,12 +340,12 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         return Summary({"classes": [], "tolerance": TOLERANCE, "input_error": problem}, checks)
     checks, classes = [], []
     for j, first in enumerate(ranks[0]["classes"]):
-        mine, facts = class_checks(ranks, j, params)
+        mine, facts = judge_of(first["kind"])(ranks, j, params)
         checks += [dataclasses.replace(c, name=f"{first['name']}.{c.name}") for c in mine]
         errors = {}
         for r in ranks:
             for probe, text in r["classes"][j]["errors"].items():
                 errors.setdefault(probe, f"랭크 {r['rank']}: {text}")
-        classes.append({"name": first["name"], "bucketed": first["bucketed"], "errors": errors, **facts,
-                        "checks": [c.name for c in mine]})
+        classes.append({"name": first["name"], "kind": first["kind"], "bucketed": first["bucketed"], "errors": errors,
+                        **facts, "checks": [c.name for c in mine]})
     return Summary({"classes": classes, "tolerance": TOLERANCE, "input_error": None}, checks)

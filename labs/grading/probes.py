@@ -17,6 +17,10 @@ the parent where the reader's code cannot reach its thresholds:
 - ``frozen`` / ``tied``: elements reduced per iteration for a model with a frozen first layer and
   for two layers sharing one weight.
 
+A ZeRO-1 optimizer (``ShardedOptimizer`` or any ``torch.optim.Optimizer``) runs the probes of
+:mod:`labs.grading.zero_probes` instead, a small FSDP (``FullyShardedDP``) those of
+:mod:`labs.grading.fsdp_probes`.
+
 Every class runs on a fresh process group wrapped in torch's collective checker (the wrapper that
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs): ranks that issue different collectives get a named
 error at that call instead of a hang, or gloo aborting the process.
@@ -34,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,17 +47,19 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed import distributed_c10d
 
-from ..comms import CollectiveCounter, mark
+from ..comms import CollectiveCounter, carried_bytes, mark
 from ..context import RankContext
 from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..primitives import max_abs_diff
-from .source import class_error
+from .source import class_error, kind_of
 
 LR = 0.05
 # AdamW는 0에 가까운 그래디언트 성분을 eps 정도까지 키운다: 기본 eps=1e-8이면 합하는 순서에 따른 반올림 차이
 # (1e-10 수준)가 torch DDP와 단일 프로세스 사이에서도 1e-4까지 커진다. eps를 키워 비교를 잘 조건화한다.
-OPTIMIZERS = {"sgd": lambda params: torch.optim.SGD(params, lr=LR, momentum=0.9),
-              "adamw": lambda params: torch.optim.AdamW(params, lr=0.01, weight_decay=0.01, eps=1e-5)}
+OPTIMIZER_ARGS = {"sgd": (torch.optim.SGD, {"lr": LR, "momentum": 0.9}),
+                  "adamw": (torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.01, "eps": 1e-5})}
+OPTIMIZERS = {name: lambda params, cls=cls, kwargs=kwargs: cls(params, **kwargs)
+              for name, (cls, kwargs) in OPTIMIZER_ARGS.items()}
 PROBES = ("broadcast", "train", "frozen", "tied")
 STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다리지 않은 All-Reduce는 finish가 돌아올 때 끝났을 수 없다
 WATCH_S = 0.2     # 멈춘 곳을 적는 간격
@@ -148,6 +155,7 @@ def import_file(path: str, watch: StackWatch):
     try:
         spec = importlib.util.spec_from_file_location(f"reader_ddp_{Path(path).stem}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # @dataclass 등 클래스의 모듈을 sys.modules에서 찾는 코드를 위해
         spec.loader.exec_module(module)
     except BaseException as error:  # SystemExit, KeyboardInterrupt도: 채점기를 끝내게 두지 않는다
         return None, {"kind": type(error).__name__, "text": describe_error(error, path)}
@@ -238,6 +246,14 @@ def compare_grad(g, oracle, ranks_own: list, rank: int, previous) -> dict:
             "local_res": local_res,
             "op_err": {op: min(_rel(g, combine(own)), _rel(g, combine(own) / n)) for op, combine in OTHER_OPS.items()},
             "prev_err": None if previous is None else _rel(g, previous.reshape(-1).double())}
+
+
+def float_calls(counter: CollectiveCounter) -> dict:
+    """The block's work items that carried floating-point values (the collective checker's own calls carry
+    integers: its fingerprints): how many of each op, the elements and the bytes."""
+    items = [item for item in counter.items if item["dtype"].startswith(("float", "bfloat"))]
+    return {"ops": dict(Counter(item["op"] for item in items)), "elements": sum(item["numel"] for item in items),
+            "bytes": carried_bytes(items)}
 
 
 def settle(ctx: RankContext) -> None:
@@ -398,6 +414,17 @@ def probe_tied(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
 PROBE_FNS = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen, "tied": probe_tied}
 
 
+def probe_table(kind: str) -> tuple[tuple[str, ...], dict]:
+    """The probes of an interface (:func:`labs.grading.source.kind_of`), in the order they run."""
+    if kind == "ddp":
+        return PROBES, PROBE_FNS
+    # 그 모듈들이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
+    from . import fsdp_probes, zero_probes
+
+    chosen = zero_probes if kind == "zero" else fsdp_probes
+    return chosen.PROBES, chosen.PROBE_FNS
+
+
 def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> dict:
     """Every probe for one class; an exception is recorded with the reader's line, a mismatch stops the rest."""
     cls = getattr(module, name, None)
@@ -405,19 +432,22 @@ def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> di
         problem = class_error(name, cls)
     except (TypeError, ValueError) as error:  # 시그니처를 읽을 수 없는 호출 가능 객체
         problem = f"{name}의 생성자 모양을 읽을 수 없습니다: {error}"
-    out: dict = {"name": name, "bucketed": problem is None and takes_cap(cls), "input_error": problem,
-                 "errors": {}, "mismatch": None}
+    kind = kind_of(name, cls)
+    out: dict = {"name": name, "kind": kind, "bucketed": problem is None and kind == "ddp" and takes_cap(cls),
+                 "input_error": problem, "errors": {}, "phases": {}, "mismatch": None}
     if problem is not None:
         return out
+    names, fns = probe_table(kind)
     with checked_group(ctx.backend) as original:
-        for key in PROBES:
+        for key in names:
             try:
-                out[key] = PROBE_FNS[key](ctx, cls, cfg, original)
+                out[key] = fns[key](ctx, cls, cfg, original)
             except BaseException as error:  # 읽는 사람의 코드가 낸 것은 무엇이든 기록한다 (SystemExit도)
                 if MISMATCH in str(error):  # 모든 랭크가 같은 호출에서 함께 알아챈다
                     out["mismatch"] = _short_mismatch(str(error))
                     break
                 out["errors"][key] = describe_error(error, path)
+                out["phases"][key] = getattr(error, "labs_phase", None)  # 13장의 FSDP 검사가 붙이는 단계
     return out
 
 

@@ -4,6 +4,10 @@ What can be known without running it is checked once, before any rank starts: th
 the syntax, that each class is defined (or imported) at the top level, and for a class defined in
 the file its constructor's shape. What only running can tell (an inherited constructor, the base
 class) is checked by the same functions inside each rank (:func:`class_error`).
+
+The class says which interface it is graded against (:func:`kind_of`): ``ShardedOptimizer`` or any
+``torch.optim.Optimizer`` is a ZeRO-1 optimizer (chapter 13), ``FullyShardedDP`` or a module with
+``gather_full_params`` a small FSDP, anything else a DDP (chapter 9).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from ..errors import LabConfigError
 
 DEFAULT_CLASSES = ("PerParameterDDP", "BucketedDDP")
+KINDS = {"ShardedOptimizer": "zero", "FullyShardedDP": "fsdp"}  # 이 이름의 클래스는 13장의 인터페이스로 채점한다
 MAX_BYTES = 1 << 20           # 채점할 파일의 최대 크기: 손으로 쓴 DDP는 몇 KiB
 MAX_NAME = 255                # 경로 구성 요소 하나의 최대 길이 (대부분의 파일 시스템)
 EXITS = {"_exit", "exit", "quit", "abort", "kill"}
@@ -85,8 +90,33 @@ def default_classes(path: str | Path) -> list[str]:
     names = [n for n in DEFAULT_CLASSES if n in found]
     if not names:
         raise GradeInputError(f"{file.name}에 {' 또는 '.join(DEFAULT_CLASSES)} 클래스가 없습니다. "
-                              "채점할 클래스 이름을 --class NAME(파이썬: classes=[...])으로 알려 주세요.")
+                              "채점할 클래스 이름을 --class NAME(파이썬: classes=[...])으로 알려 주세요 "
+                              f"(13장의 클래스는 --class {' 또는 --class '.join(KINDS)}).")
     return names
+
+
+def kind_of(name: str, cls: object = None) -> str:
+    """The interface a class is graded against: ``zero``, ``fsdp`` or ``ddp``; by its name, else (inside a
+    rank, given the class) by what it is."""
+    if name in KINDS:
+        return KINDS[name]
+    import torch
+
+    if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer):
+        return "zero"
+    return "fsdp" if callable(getattr(cls, "gather_full_params", None)) else "ddp"
+
+
+def _node_kind(node: ast.ClassDef) -> str:
+    """:func:`kind_of` from the syntax tree: the name, a base's name, or a ``gather_full_params`` method."""
+    bases = [ast.unparse(b).split(".")[-1] for b in node.bases]
+    known = [KINDS[b] for b in [node.name, *bases] if b in KINDS]
+    if known:
+        return known[0]
+    if "Optimizer" in bases:
+        return "zero"
+    methods = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return "fsdp" if "gather_full_params" in methods else "ddp"
 
 
 def validate_file(path: str | Path, classes) -> list[str]:
@@ -109,6 +139,10 @@ def validate_file(path: str | Path, classes) -> list[str]:
 
 def _check_class_node(file: Path, node: ast.ClassDef) -> None:
     name = node.name
+    kind = _node_kind(node)
+    if kind != "ddp":
+        _check_sharded_node(file, node, kind)
+        return
     if not node.bases:
         raise GradeInputError(f"{file.name} {node.lineno}행: {name}은(는) torch.nn.Module을 상속한 클래스여야 합니다 "
                               f"(class {name}(nn.Module): ...).")
@@ -118,14 +152,63 @@ def _check_class_node(file: Path, node: ast.ClassDef) -> None:
         raise GradeInputError(_no_finish(name))
     init = methods.get("__init__")
     if init is not None:
-        args = init.args
-        positional = [a.arg for a in args.posonlyargs + args.args][1:]  # self 뺌
-        n_defaults = len(args.defaults)
-        required = positional[:len(positional) - n_defaults] + \
-            [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-        shown = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs][1:]
+        positional, required, _ = _signature(init.args)
+        shown = [a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs][1:]
         if not positional or any(r not in (positional[0], "bucket_cap_mb") for r in required):
             raise GradeInputError(_bad_constructor(name, shown))
+
+
+def _signature(args: ast.arguments) -> tuple[list[str], list[str], bool]:
+    """A constructor's positional parameter names (without ``self``), its required names, and
+    whether it takes ``**kwargs``."""
+    positional = [a.arg for a in args.posonlyargs + args.args][1:]
+    required = positional[:len(positional) - len(args.defaults)] + \
+        [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    return positional, required, args.kwarg is not None
+
+
+def _check_sharded_node(file: Path, node: ast.ClassDef, kind: str) -> None:
+    """A ``ShardedOptimizer`` or ``FullyShardedDP`` defined in the file: base class, methods, constructor."""
+    name = node.name
+    base = "torch.optim.Optimizer" if kind == "zero" else "torch.nn.Module"
+    if not node.bases:
+        raise GradeInputError(f"{file.name} {node.lineno}행: {name}은(는) {base}을(를) 상속한 클래스여야 합니다 "
+                              f"(class {name}({base}): ...).")
+    methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if kind == "fsdp" and all(ast.unparse(b).split(".")[-1] == "Module" for b in node.bases):
+        missing = [m for m in FSDP_METHODS if m not in methods]
+        if missing:
+            raise GradeInputError(_no_methods(name, missing))
+    init = methods.get("__init__")
+    if init is not None:
+        positional, required, kwargs = _signature(init.args)
+        shown = [a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs][1:]
+        if not _constructor_ok(kind, positional, required, kwargs):
+            raise GradeInputError(_bad_sharded_constructor(name, kind, shown))
+
+
+FSDP_METHODS = ("finish_gradient_synchronization", "gather_full_params")
+
+
+def _constructor_ok(kind: str, positional: list[str], required: list[str], kwargs: bool) -> bool:
+    """``ShardedOptimizer(params, optimizer_cls, **kwargs)`` or ``FullyShardedDP(module, compute_dtype=None)``."""
+    if kind == "zero":
+        return len(positional) >= 2 and kwargs and set(required) <= set(positional[:2])
+    return len(positional) >= 1 and set(required) <= {positional[0]} and \
+        ("compute_dtype" in positional or kwargs)
+
+
+def _bad_sharded_constructor(name: str, kind: str, shown: list[str]) -> str:
+    wanted = (f"{name}(params, optimizer_cls, **kwargs)여야 합니다: 두 번째 인자는 torch.optim.SGD 같은 옵티마이저 "
+              "클래스이고, lr 등 나머지 인자는 **kwargs로 받아 그 클래스에 넘깁니다" if kind == "zero" else
+              f"{name}(module, compute_dtype=None)이어야 합니다")
+    return f"{name}의 생성자는 {wanted}. 지금 받는 인자: ({', '.join(shown)})"
+
+
+def _no_methods(name: str, missing: list[str]) -> str:
+    return (f"{name}에 {', '.join(f'{m}(self)' for m in missing)} 메서드가 없습니다. FullyShardedDP는 backward() 뒤 "
+            "finish_gradient_synchronization()으로 그래디언트를 마무리하고, gather_full_params()로 "
+            "{이름: 전체 텐서}를 돌려줍니다.")
 
 
 def _no_finish(name: str) -> str:
@@ -142,6 +225,9 @@ def class_error(name: str, cls: object) -> str | None:
     """Inside a rank, once the file is imported: why ``cls`` cannot be graded, or ``None``."""
     from torch import nn
 
+    kind = kind_of(name, cls)
+    if kind != "ddp":
+        return _sharded_class_error(name, cls, kind)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         return f"{name}은(는) torch.nn.Module을 상속한 클래스여야 합니다 (class {name}(nn.Module): ...)."
     if not callable(getattr(cls, "finish_gradient_synchronization", None)):
@@ -152,6 +238,25 @@ def class_error(name: str, cls: object) -> str | None:
     if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD) \
             or any(r not in (params[0].name, "bucket_cap_mb") for r in required):
         return _bad_constructor(name, [p.name for p in params])
+    return None
+
+
+def _sharded_class_error(name: str, cls: object, kind: str) -> str | None:
+    import torch
+
+    base = torch.optim.Optimizer if kind == "zero" else torch.nn.Module
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        return f"{name}은(는) {base.__module__}.{base.__name__}을(를) 상속한 클래스여야 합니다."
+    missing = [m for m in FSDP_METHODS if not callable(getattr(cls, m, None))] if kind == "fsdp" else []
+    if missing:
+        return _no_methods(name, missing)
+    params = list(inspect.signature(cls).parameters.values())
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p.name for p in params if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    kwargs = any(p.kind == p.VAR_KEYWORD for p in params)
+    if not _constructor_ok(kind, positional, required, kwargs):
+        return _bad_sharded_constructor(name, kind, [p.name for p in params])
     return None
 
 

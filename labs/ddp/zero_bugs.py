@@ -1,0 +1,43 @@
+"""A gallery of named ZeRO-1 bugs (chapter 13): each a small override of :class:`labs.ddp.ShardedOptimizer`.
+
+Every class here is a mistake a reader can really make; the first three are the mistakes chapter 13's
+``zero`` lab measures (:mod:`labs.lessons.zero`), imported. ``python -m labs grade labs/ddp/zero_bugs.py
+--class NAME`` runs one on real ranks (a ``torch.optim.Optimizer`` is graded as a ZeRO-1 optimizer).
+``BUGS`` maps each name to the checks that must fail, the first of them in the grader's order being its
+diagnosis.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labs.ddp.zero import ShardedOptimizer
+from labs.lessons.zero import NoShare, StepAllParams, WrongOwner
+
+__all__ = ["BUGS", "IgnoresLaterGroup", "NoShare", "StepAllParams", "WrongOwner"]
+
+
+class IgnoresLaterGroup(ShardedOptimizer):
+    """Builds its shard from the constructor's groups only: a group added later with ``add_param_group``
+    shows in ``param_groups`` but is never stepped nor shared."""
+
+    def __init__(self, params, optimizer_cls, **kwargs):
+        super().__init__(params, optimizer_cls, **kwargs)
+        self.built = True
+
+    def add_param_group(self, param_group: dict) -> None:
+        if not getattr(self, "built", False):
+            super().add_param_group(param_group)
+            return
+        torch.optim.Optimizer.add_param_group(self, param_group)
+        self.local_groups.append(None)
+
+
+# 버그마다 실패하는 확인(N=2), 첫 번째가 진단: 테스트가 정확히 이 집합을 확인한다
+BUGS = {
+    "NoShare": ("step_shares_params", "replicas_identical", "params_updated", "param_groups_honoured",
+                "matches_oracles"),
+    "StepAllParams": ("state_divided",),
+    "WrongOwner": ("params_updated", "param_groups_honoured", "matches_oracles"),
+    "IgnoresLaterGroup": ("param_groups_honoured",),
+}

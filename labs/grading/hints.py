@@ -1,0 +1,97 @@
+"""The report's words for the chapter 13 interfaces (the DDP's are :data:`labs.grader.HINTS`).
+
+For each check: what it looks at, the most likely cause when it fails, and where to fix it.
+"""
+
+from __future__ import annotations
+
+ZERO_HINTS = {
+    "same_collectives_on_ranks": ("모든 랭크가 같은 집합 통신을 같은 순서로",
+                                  "랭크마다 step()에서 부르는 집합 통신이 다릅니다(자기 몫의 파라미터만 broadcast하거나, "
+                                  "랭크마다 다른 순서로 보냄). 모든 랭크가 모든 파라미터의 broadcast(또는 all_gather)에 "
+                                  "같은 순서로 참여해야 합니다: 받는 랭크도 같은 호출을 합니다.",
+                                  "step()의 나누기: 모든 파라미터를 같은 순서로 돌며, 주인 랭크를 src로 dist.broadcast"),
+    "step_shares_params": ("step()이 업데이트한 파라미터를 모두에게 나누기",
+                           "step()이 자기 샤드만 업데이트하고 나누지 않습니다: 집합 통신이 없거나 파라미터의 일부만 "
+                           "보냅니다. 다른 랭크는 그 파라미터의 옛 값을 그대로 씁니다.",
+                           "step(): 로컬 옵티마이저의 step() 뒤 파라미터마다 dist.broadcast(p.data, src=주인 랭크) "
+                           "(또는 샤드를 dist.all_gather)"),
+    "replicas_identical": ("스텝 뒤 모든 랭크의 파라미터가 같음",
+                           "스텝 뒤 랭크마다 파라미터가 다릅니다: 어떤 파라미터는 주인 랭크에서만 업데이트되고 다른 "
+                           "랭크에 닿지 않았습니다.",
+                           "step(): 모든 파라미터를 주인에게서 받으세요(빠진 파라미터가 없는지, 새로 더한 그룹도)"),
+    "params_updated": ("첫 스텝 뒤 모든 파라미터가 DDP와 같음",
+                       "첫 step() 뒤 위에 나온 파라미터가 DDP와 다릅니다. 모든 랭크가 같은 값인데 스텝 전 값 그대로라면 "
+                       "그 파라미터를 업데이트한 주인이 아닌 랭크(예: 언제나 랭크 0)에서 broadcast해 옛 값으로 덮어썼습니다.",
+                       "step(): dist.broadcast의 src는 그 파라미터를 업데이트한 주인 랭크(모든 랭크가 같은 규칙으로 "
+                       "계산한 배정)"),
+    "state_divided": ("옵티마이저 상태가 랭크마다 약 1/N",
+                      "옵티마이저 상태가 1/N로 줄지 않았습니다: 모든 랭크가 모든 파라미터를 업데이트해 모든 파라미터의 "
+                      "상태(모멘텀, Adam의 두 모멘트)를 가집니다. 결과는 맞아도 ZeRO-1이 아낄 메모리가 그대로입니다.",
+                      "__init__: optimizer_cls에는 이 랭크가 맡은 파라미터만 넘기세요(배정에서 주인이 나인 것)"),
+    "zero_grad_clears": ("zero_grad()가 모든 그래디언트를 지움",
+                         "zero_grad() 뒤에도 그래디언트가 남은 파라미터가 있습니다: param_groups에 내 샤드만 넣어, "
+                         "torch.optim.Optimizer.zero_grad()가 나머지 파라미터를 보지 못합니다. 다음 역전파에서 그래디언트가 "
+                         "쌓입니다.",
+                         "__init__: super().__init__(params, defaults)에 모든 파라미터를 넘겨 param_groups가 전체를 담게 "
+                         "하고, 샤드는 따로 둔 옵티마이저에만"),
+    "param_groups_honoured": ("add_param_group으로 더한 그룹과 그 lr",
+                              "생성한 뒤 add_param_group으로 더한 그룹이 무시되거나 그 lr이 쓰이지 않았습니다: param_groups에는 "
+                              "들어갔지만 샤드의 옵티마이저에는 넘어가지 않았거나, 생성자의 lr로 업데이트됩니다.",
+                              "add_param_group(group)을 재정의해 super().add_param_group(group) 뒤 새 파라미터에 주인을 "
+                              "배정하고, 내 몫을 그 그룹의 하이퍼파라미터(lr 등)와 함께 샤드의 옵티마이저에 더하세요"),
+    "matches_oracles": ("torch DDP·단일 프로세스와 같은 결과",
+                        "여러 스텝 뒤 파라미터가 torch DDP + 같은 옵티마이저, 전역 배치 단일 프로세스와 다릅니다. 위의 다른 "
+                        "실패가 있다면 그것부터 고치세요.",
+                        "step(): 샤드의 옵티마이저가 받는 하이퍼파라미터(**kwargs)가 그대로인지, 스텝마다 한 번씩만 "
+                        "업데이트하는지"),
+}
+
+FSDP_HINTS = {
+    "same_collectives_on_ranks": ("모든 랭크가 같은 집합 통신을 같은 순서로",
+                                  "랭크마다 부르는 All-Gather·Reduce-Scatter가 다릅니다(샤드 크기를 랭크마다 다르게 "
+                                  "계산했거나, 한 랭크만 모으기를 건너뜀). 모든 랭크가 층마다 같은 크기로 같은 호출을 해야 "
+                                  "합니다.",
+                                  "__init__의 샤드 나누기: 패딩을 더해 모든 랭크의 샤드 크기를 같게(올림 나눗셈)"),
+    "regathered_for_backward": ("역전파 전에 가중치를 다시 모으기",
+                                "역전파가 0바이트로 돌려준 가중치를 읽었습니다: 순전파 뒤 모은 가중치를 버리고, 그 층의 "
+                                "역전파 전에 다시 모으지 않았습니다. autograd는 텐서를 쥐고 있지만 그 바이트는 이미 "
+                                "없습니다.",
+                                "그 층의 역전파가 시작되기 직전에 다시 All-Gather하세요(예: 순전파 훅에서 출력에 "
+                                "output.register_hook(…)을 걸어), 그리고 그 층의 역전파가 끝난 뒤에 버리세요"),
+    "grads_averaged": ("샤드의 그래디언트 = 전역 배치의 평균", "", ""),
+    "grads_fp32": ("compute_dtype에서도 마스터 가중치와 그래디언트는 float32",
+                   "compute_dtype=torch.bfloat16일 때 옵티마이저가 보는 파라미터나 그 그래디언트가 float32가 아닙니다: "
+                   "모듈을 통째로 낮은 정밀도로 바꿨거나 그래디언트를 compute dtype으로 둔 채 저장했습니다. 작은 "
+                   "업데이트가 bfloat16의 반올림에 묻힙니다.",
+                   "샤드(마스터 가중치)는 float32로 두고, 모으기와 계산만 compute_dtype으로(shard.to(compute_dtype)); "
+                   "Reduce-Scatter한 그래디언트는 .to(torch.float32)로 바꿔 샤드의 .grad에"),
+    "params_sharded": ("랭크마다 가중치의 약 1/N만 저장",
+                       "래퍼의 파라미터가 감싼 층 가중치의 1/N보다 많습니다: 전체 가중치가 파라미터로 남아 있거나 샤드가 "
+                       "나뉘지 않았습니다.",
+                       "__init__: 층의 weight를 평평하게 펴고 패딩한 뒤 내 조각만 nn.Parameter로 남기고 전체 가중치는 "
+                       "지우세요(layer._parameters[\"weight\"] = shard)"),
+    "gathered_freed": ("모은 가중치를 쓴 뒤 버리기",
+                       "순전파나 역전파가 끝난 뒤에도 모은 전체 가중치가 메모리에 남아 있습니다(다시 나누지 않음): "
+                       "결과는 맞아도 FSDP가 아낄 메모리가 DDP와 같아집니다.",
+                       "순전파 훅(register_forward_hook)과 그 층의 역전파 뒤에 모은 버퍼의 저장소를 돌려주세요"
+                       "(buffer.untyped_storage().resize_(0))"),
+    "matches_single": ("단일 프로세스와 같은 결과",
+                       "여러 스텝 뒤 gather_full_params()가 전역 배치 단일 프로세스의 파라미터와 다릅니다. 위의 다른 실패가 "
+                       "있다면 그것부터 고치세요.",
+                       "gather_full_params(): 샤드를 All-Gather한 뒤 패딩을 잘라 원래 모양으로, 원래 모듈의 이름으로"),
+}
+
+# grads_averaged가 실패했을 때 한 스텝이 쓴 그래디언트가 무엇이었는지(labs.grading.fsdp_judge.grad_cause)
+FSDP_CAUSES = {
+    "sum_not_average": ("한 스텝이 쓴 그래디언트가 평균의 N배입니다: Reduce-Scatter(또는 All-Reduce)는 합만 구하는데 "
+                        "N으로 나누지 않았습니다.",
+                        "Reduce-Scatter한 조각을 world_size로 나눈 뒤 샤드의 .grad로(gloo에는 AVG가 없습니다)"),
+    "divided_twice": ("한 스텝이 쓴 그래디언트가 평균을 한 번 더 N으로 나눈 값입니다: 두 번 나눴습니다.",
+                      "나누기는 합을 받은 뒤 한 번만"),
+    "not_reduced": ("한 스텝이 쓴 그래디언트가 이 랭크 자신의 것 그대로입니다: 랭크끼리 그래디언트를 모으지 않았습니다.",
+                    "가중치의 그래디언트는 Reduce-Scatter로, 나머지 파라미터는 finish_gradient_synchronization()에서 "
+                    "All-Reduce로"),
+    "wrong": ("한 스텝이 쓴 그래디언트가 평균과 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것)과도 맞지 않습니다.",
+              "Reduce-Scatter한 조각이 내 샤드의 자리(rank × 샤드 크기부터)와 맞는지, 패딩을 어디에 두었는지 보세요"),
+}

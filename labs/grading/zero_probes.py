@@ -1,0 +1,132 @@
+"""The ranks' side of grading a ZeRO-1 optimizer, ``ShardedOptimizer(params, optimizer_cls, **kwargs)``.
+
+Like :mod:`labs.grading.probes`, nothing here judges; the verdicts are in :mod:`labs.grading.zero_judge`.
+The course's model is wrapped in torch DDP (on the grader's own process group), so every rank holds the
+same averaged gradient before ``step()``; the reader's optimizer works on the checked default group.
+
+- ``train``: K steps with SGD (momentum) and with AdamW through the reader's class, next to torch DDP
+  with the plain optimizer and one process on the global batch. Recorded per rank: the collectives each
+  ``step()`` issued (the process group's work items), the parameters' fingerprint after each step, each
+  parameter after the first step against DDP's and against its own value before the step, the
+  optimizer state's bytes (storage accounting of every torch optimizer the object holds), the single
+  process's state bytes per parameter, the parameters that still have a gradient after ``zero_grad()``,
+  and the differences from both oracles after K steps.
+- ``groups``: the optimizer is built over the first half of the layers and the second half is added later
+  with ``add_param_group`` and another learning rate, next to torch's optimizer built the same way;
+  the groups' learning rates as ``param_groups`` shows them and each group's difference after K steps.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from ..comms import CollectiveCounter
+from ..context import RankContext
+from ..models import fingerprint, layer_stack, mse_backward, rank_batch, storage_bytes, wrap_ddp
+from ..primitives import max_abs_diff
+from .probes import OPTIMIZER_ARGS, _data, float_calls
+from .reach import reachable
+
+PROBES = ("train", "groups")
+LATER_LR = 0.15     # add_param_group으로 나중에 더하는 그룹의 학습률: 생성자의 lr과 달라야 무시했는지 보인다
+
+
+def held_optimizers(root: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
+    """``root`` and every torch optimizer it keeps (:func:`labs.grading.reach.reachable`): wherever the
+    reader keeps the optimizer of its shard, its ``state`` is found."""
+    return [obj for obj in reachable(root) if isinstance(obj, torch.optim.Optimizer)]
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if torch.is_tensor(value):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
+    """Bytes of the distinct storages in the ``state`` of every optimizer the object holds, the model's
+    parameters and gradients left out (a state that aliases them is not extra memory)."""
+    skip = {t.untyped_storage().data_ptr() for p in model.parameters() for t in (p, p.grad) if t is not None}
+    tensors = [t for opt in held_optimizers(optimizer) for s in opt.state.values() for t in _tensors(s)]
+    return storage_bytes(t for t in tensors if t.untyped_storage().data_ptr() not in skip)
+
+
+def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
+    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
+    torch.manual_seed(cfg["seed"])
+    init = layer_stack(cfg["width"], cfg["depth"])
+    x, y = _data(cfg["width"], cfg["steps"] * n * per_rank, cfg["seed"], ctx.device)
+    names = [name for name, _ in init.named_parameters()]
+    out = {"names": names, "numels": [p.numel() for p in init.parameters()], "runs": {}}
+    for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
+        model, ref = copy.deepcopy(init), copy.deepcopy(init)
+        ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
+        single = copy.deepcopy(init).to(ctx.device)
+        mine = cls(model.parameters(), opt_cls, **kwargs)
+        theirs = [opt_cls(m.parameters(), **kwargs) for m in (ref, single)]
+        steps, first = [], None
+        for step in range(cfg["steps"]):
+            mine.zero_grad()
+            for opt in theirs:
+                opt.zero_grad()
+            batch = rank_batch(x, y, ctx.rank, n, per_rank, step)
+            mse_backward(ddp, *batch)  # DDP의 역전파: 모든 랭크가 같은 평균 그래디언트를 가진다
+            mse_backward(ref_ddp, *batch)
+            mse_backward(single, *rank_batch(x, y, 0, 1, n * per_rank, step))
+            before = [p.detach().clone() for p in model.parameters()]
+            with CollectiveCounter() as counter:
+                mine.step()  # 이 안에서 일어난 집합 통신만 센다
+            for opt in theirs:
+                opt.step()
+            steps.append({**float_calls(counter), "fingerprint": fingerprint(model)})
+            if first is None:
+                first = [{"ref": max_abs_diff(p, q), "before": max_abs_diff(p, b)}
+                         for p, q, b in zip(model.parameters(), ref.parameters(), before)]
+        mse_backward(ddp, *rank_batch(x, y, ctx.rank, n, per_rank, 0))  # 그래디언트를 하나 더 만들고 지운다
+        mine.zero_grad()
+        single_state = [storage_bytes(_tensors(theirs[1].state[p])) for p in single.parameters()]
+        out["runs"][opt_name] = {
+            "steps": steps, "first_step": first, "state_bytes": state_bytes(mine, model),
+            "single_state": single_state,
+            "grads_left": [name for name, p in model.named_parameters()
+                           if p.grad is not None and bool(p.grad.abs().max() > 0)],
+            "diffs": {"ddp": max_abs_diff(list(model.parameters()), list(ref.parameters())),
+                      "single": max_abs_diff(list(model.parameters()), list(single.parameters()))}}
+    return out
+
+
+def _halves(model: nn.Module) -> tuple[list, list]:
+    params = list(model.parameters())
+    return params[:len(params) // 2], params[len(params) // 2:]
+
+
+def probe_groups(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
+    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
+    torch.manual_seed(cfg["seed"])
+    init = layer_stack(cfg["width"], cfg["depth"])
+    x, y = _data(cfg["width"], cfg["steps"] * n * per_rank, cfg["seed"], ctx.device)
+    model, ref = copy.deepcopy(init), copy.deepcopy(init)
+    ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
+    opt_cls, kwargs = OPTIMIZER_ARGS["sgd"]
+    (early, later), (ref_early, ref_later) = _halves(model), _halves(ref)
+    mine = cls(early, opt_cls, **kwargs)
+    mine.add_param_group({"params": later, "lr": LATER_LR})  # 생성한 뒤에 더한 그룹: 다른 학습률
+    theirs = opt_cls(ref_early, **kwargs)
+    theirs.add_param_group({"params": ref_later, "lr": LATER_LR})
+    for step in range(cfg["steps"]):
+        for opt, wrapped in ((mine, ddp), (theirs, ref_ddp)):
+            opt.zero_grad()
+            mse_backward(wrapped, *rank_batch(x, y, ctx.rank, n, per_rank, step))
+            opt.step()
+    return {"lrs": [g.get("lr") for g in mine.param_groups], "expected_lrs": [g["lr"] for g in theirs.param_groups],
+            "diffs": [max_abs_diff(early, ref_early), max_abs_diff(later, ref_later)]}
+
+
+PROBE_FNS = {"train": probe_train, "groups": probe_groups}
