@@ -1,7 +1,7 @@
 """A gallery of named FSDP bugs (chapter 13): each a small override of :class:`labs.ddp.FullyShardedDP`.
 
-Every class here is a mistake a reader can really make; the first three are the mistakes chapter 13's
-``fsdp`` lab measures (:mod:`labs.lessons.fsdp`), imported. ``python -m labs grade labs/ddp/fsdp_bugs.py
+Every class here is a mistake a reader can really make; the first three are also the mistakes chapter 13's
+``fsdp`` lab measures (:mod:`labs.lessons.fsdp`). ``python -m labs grade labs/ddp/fsdp_bugs.py
 --class NAME`` runs one on real ranks (a module with ``gather_full_params`` is graded as an FSDP).
 ``BUGS`` maps each name to the checks that must fail, the first of them in the grader's order being its
 diagnosis.
@@ -10,9 +10,32 @@ diagnosis.
 from __future__ import annotations
 
 from labs.ddp.fsdp import FullyShardedDP
-from labs.lessons.fsdp import FreeBeforeBackward, GradsInComputeDtype, SumNotAverage
 
 __all__ = ["BUGS", "FreeBeforeBackward", "GradsInComputeDtype", "NeverReshard", "SumNotAverage"]
+
+
+class SumNotAverage(FullyShardedDP):
+    """Mistake: the reduce-scatter's sum is stored as the gradient (N times the average)."""
+
+    def reduce_scatter(self, weight, grad_full):
+        return super().reduce_scatter(weight, grad_full) * self.world_size
+
+
+class FreeBeforeBackward(FullyShardedDP):
+    """Mistake: the gathered weight is freed after forward and never gathered again for backward."""
+
+    def before_backward(self, weight):
+        pass
+
+
+class GradsInComputeDtype(FullyShardedDP):
+    """Mistake: the shards (the optimizer's parameters) are kept in the compute dtype, so their grads are too."""
+
+    def shard(self, layer, name):
+        weight = super().shard(layer, name)
+        if self.compute_dtype is not None:
+            weight.shard.data = weight.shard.data.to(self.compute_dtype)
+        return weight
 
 
 class NeverReshard(FullyShardedDP):

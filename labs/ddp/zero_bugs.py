@@ -1,7 +1,7 @@
 """A gallery of named ZeRO-1 bugs (chapter 13): each a small override of :class:`labs.ddp.ShardedOptimizer`.
 
-Every class here is a mistake a reader can really make; the first three are the mistakes chapter 13's
-``zero`` lab measures (:mod:`labs.lessons.zero`), imported. ``python -m labs grade labs/ddp/zero_bugs.py
+Every class here is a mistake a reader can really make; the first three are also the mistakes chapter 13's
+``zero`` lab measures (:mod:`labs.lessons.zero`). ``python -m labs grade labs/ddp/zero_bugs.py
 --class NAME`` runs one on real ranks (a ``torch.optim.Optimizer`` is graded as a ZeRO-1 optimizer).
 ``BUGS`` maps each name to the checks that must fail, the first of them in the grader's order being its
 diagnosis.
@@ -10,11 +10,33 @@ diagnosis.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from labs.ddp.zero import ShardedOptimizer
-from labs.lessons.zero import NoShare, StepAllParams, WrongOwner
 
 __all__ = ["BUGS", "IgnoresLaterGroup", "NoShare", "StepAllParams", "WrongOwner"]
+
+
+class StepAllParams(ShardedOptimizer):
+    """Mistake: every rank steps every parameter, so the optimizer state is not divided at all."""
+
+    def is_mine(self, param: torch.Tensor) -> bool:
+        return True
+
+
+class NoShare(ShardedOptimizer):
+    """Mistake: each rank updates its shard and never sends it: the others keep a stale copy."""
+
+    def share_params(self) -> None:
+        pass
+
+
+class WrongOwner(ShardedOptimizer):
+    """Mistake: every parameter is broadcast from rank 0, whoever updated it."""
+
+    def share_params(self) -> None:
+        for p in self.owner:
+            dist.broadcast(p.detach(), group_src=0, group=self.process_group)
 
 
 class IgnoresLaterGroup(ShardedOptimizer):

@@ -34,6 +34,7 @@ from torch import nn
 from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
 from ..ddp import FullyShardedDP
+from ..ddp.fsdp_bugs import FreeBeforeBackward, GradsInComputeDtype, SumNotAverage
 from ..models import (flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes, synthetic_regression,
                       wrap_ddp)
 from ..params import Choice, Float, Int, seed
@@ -45,32 +46,6 @@ from .myths import held, shard_with_fsdp
 from .zero import OPTIMIZERS, train_single
 
 EVENTS = ("gather_forward", "free_forward", "gather_backward", "free_backward")
-
-
-# --- the broken variants readers write -----------------------------------------------------------
-
-class SumNotAverage(FullyShardedDP):
-    """Mistake: the reduce-scatter's sum is stored as the gradient (N times the average)."""
-
-    def reduce_scatter(self, weight, grad_full):
-        return super().reduce_scatter(weight, grad_full) * self.world_size
-
-
-class FreeBeforeBackward(FullyShardedDP):
-    """Mistake: the gathered weight is freed after forward and never gathered again for backward."""
-
-    def before_backward(self, weight):
-        pass
-
-
-class GradsInComputeDtype(FullyShardedDP):
-    """Mistake: the shards (the optimizer's parameters) are kept in the compute dtype, so their grads are too."""
-
-    def shard(self, layer, name):
-        weight = super().shard(layer, name)
-        if self.compute_dtype is not None:
-            weight.shard.data = weight.shard.data.to(self.compute_dtype)
-        return weight
 
 
 SHARDED = {"none": FullyShardedDP, "sum_not_average": SumNotAverage, "free_before_backward": FreeBeforeBackward,

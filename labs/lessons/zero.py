@@ -23,11 +23,11 @@ import copy
 from collections import Counter
 
 import torch
-import torch.distributed as dist
 
 from ..comms import CollectiveCounter, carried_bytes
 from ..context import DESCRIBE_KEYS, RankContext
 from ..ddp import ShardedOptimizer
+from ..ddp.zero_bugs import NoShare, StepAllParams, WrongOwner
 from ..models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes,
                       synthetic_regression, wrap_ddp)
 from ..params import Choice, Float, Int, seed
@@ -40,30 +40,6 @@ OPTIMIZERS = {"sgd": (torch.optim.SGD, {"momentum": 0.9}), "adamw": (torch.optim
 WRAPPERS = ("ddp", "sharded", "zero")  # 평범한 DDP, DDP + ShardedOptimizer, DDP + ZeroRedundancyOptimizer
 KINDS = ("params", "grads", "state")
 NEEDS_TWO_RANKS = ("sharded_replicas_identical", "assignment_same_on_every_rank")  # N=1이면 해당 없음
-
-
-# --- the broken variants readers write -----------------------------------------------------------
-
-class StepAllParams(ShardedOptimizer):
-    """Mistake: every rank steps every parameter, so the optimizer state is not divided at all."""
-
-    def is_mine(self, param: torch.Tensor) -> bool:
-        return True
-
-
-class NoShare(ShardedOptimizer):
-    """Mistake: each rank updates its shard and never sends it: the others keep a stale copy."""
-
-    def share_params(self) -> None:
-        pass
-
-
-class WrongOwner(ShardedOptimizer):
-    """Mistake: every parameter is broadcast from rank 0, whoever updated it."""
-
-    def share_params(self) -> None:
-        for p in self.owner:
-            dist.broadcast(p.detach(), group_src=0, group=self.process_group)
 
 
 SHARDED = {"none": ShardedOptimizer, "step_all_params": StepAllParams, "no_share": NoShare,
