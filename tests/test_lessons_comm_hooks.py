@@ -8,7 +8,7 @@ import pytest
 import labs
 from labs.lessons import comm_hooks as comm_hooks_lab
 
-from conftest import assert_only_these_fail, has_hangul
+from conftest import assert_only_these_fail, has_hangul, set_in_records
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,17 +32,6 @@ def test_comm_hooks_checks_hold(runs, n):
     assert (views["copy"]["grad_storages"], views["view"]["grad_storages"]) == (4, views["view"]["buckets"]) == (4, 2)
 
 
-def _set(path: tuple, value, ranks_to=None):
-    """A tamper that sets ``record[path...] = value(old)`` on the given ranks (all when None)."""
-    def tamper(ranks):
-        for r in ranks if ranks_to is None else [ranks[i] for i in ranks_to]:
-            node = r
-            for key in path[:-1]:
-                node = node[key]
-            node[path[-1]] = value(node[path[-1]])
-    return tamper
-
-
 def _same_as_default_bytes(ranks):
     ranks[0]["powersgd"]["powersgd"]["wrote"] = list(ranks[0]["powersgd"]["default"]["wrote"])
 
@@ -52,18 +41,18 @@ def _ef_as_without(ranks):
 
 
 TAMPERS = {
-    "plain_allreduce_until_start": _set(("powersgd", "powersgd", "plain_allreduce"), lambda p: [[256], *p[1:]], [1]),
-    "powersgd_is_lossy": _set(("powersgd", "default", "moved"), lambda _: 1e9),
+    "plain_allreduce_until_start": set_in_records(("powersgd", "powersgd", "plain_allreduce"), lambda p: [[256], *p[1:]], [1]),
+    "powersgd_is_lossy": set_in_records(("powersgd", "default", "moved"), lambda _: 1e9),
     "error_feedback_closer": _ef_as_without,
     "powersgd_cuts_bytes": _same_as_default_bytes,
-    "powersgd_replicas_identical": _set(("powersgd", "powersgd", "fingerprint"), lambda _: "0" * 12, [2]),
-    "bucket_view_holds_one_copy": _set(("bucket_view", "view", "held_bytes"), lambda b: 2 * b, [2]),
-    "grads_are_bucket_views": _set(("bucket_view", "view", "grads_in_buckets"), lambda _: False, [1]),
-    "view_skips_copies": _set(("bucket_view", "view", "copies"), lambda _: {"grad_to_bucket": 4}, [0]),
-    "copy_mode_copies_both_ways": _set(("bucket_view", "copy", "copies"), lambda _: {"grad_to_bucket": 4}, [1]),
-    "set_to_none_view_again": _set(("bucket_view", "view_set_to_none", "grads_in_buckets"), lambda _: False, [2]),
-    "set_to_none_copies_again": _set(("bucket_view", "view_set_to_none", "copies"), lambda _: {}, [0]),
-    "bucket_view_same_result": _set(("bucket_view", "view", "fingerprint"), lambda _: "0" * 12, [0]),
+    "powersgd_replicas_identical": set_in_records(("powersgd", "powersgd", "fingerprint"), lambda _: "0" * 12, [2]),
+    "bucket_view_holds_one_copy": set_in_records(("bucket_view", "view", "held_bytes"), lambda b: 2 * b, [2]),
+    "grads_are_bucket_views": set_in_records(("bucket_view", "view", "grads_in_buckets"), lambda _: False, [1]),
+    "view_skips_copies": set_in_records(("bucket_view", "view", "copies"), lambda _: {"grad_to_bucket": 4}, [0]),
+    "copy_mode_copies_both_ways": set_in_records(("bucket_view", "copy", "copies"), lambda _: {"grad_to_bucket": 4}, [1]),
+    "set_to_none_view_again": set_in_records(("bucket_view", "view_set_to_none", "grads_in_buckets"), lambda _: False, [2]),
+    "set_to_none_copies_again": set_in_records(("bucket_view", "view_set_to_none", "copies"), lambda _: {}, [0]),
+    "bucket_view_same_result": set_in_records(("bucket_view", "view", "fingerprint"), lambda _: "0" * 12, [0]),
 }
 
 
