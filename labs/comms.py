@@ -22,6 +22,12 @@ MARK_PREFIX = "labs:"  # mark()로 남긴 표시: 집합 통신과 같은 시계
 # 집합 통신을 부른 스레드에서 디스패처가 남기는 연산(c10d::allreduce_ 등): 부른 순간. 백엔드의 작업 항목
 # (gloo:all_reduce)은 gloo의 작업 스레드가 그 항목을 꺼내 실행을 시작한 순간에 찍힌다
 LAUNCH_PREFIX = "c10d::"
+# DDP 리듀서가 그래디언트와 버킷 사이에서 복사할 때 남기는 이름(RECORD_FUNCTION): 그래디언트 → 버킷은
+# torch::distributed::reducer::copy_(통신 훅이 있을 때) 또는 ::mul_out(없을 때, 나누며 복사),
+# 버킷 → 그래디언트는 torch.distributed.ddp.reducer::copy_bucket_to_grad
+REDUCER_COPIES = {"torch::distributed::reducer::copy_": "grad_to_bucket",
+                  "torch::distributed::reducer::mul_out": "grad_to_bucket",
+                  "torch.distributed.ddp.reducer::copy_bucket_to_grad": "bucket_to_grad"}
 # C++ type names the profiler reports for a work item's input, as torch dtype names.
 _PROFILER_DTYPES = {"float": "float32", "double": "float64", "long int": "int64", "int": "int32",
                     "c10::Half": "float16", "c10::BFloat16": "bfloat16", "bool": "bool"}
@@ -54,6 +60,8 @@ class CollectiveCounter:
     dispatcher's ``c10d::allreduce_``, ``c10d::allreduce_coalesced_``, ``c10d::barrier`` … recorded
     in the calling thread, whatever Python path led there), which is what the grader times.
     ``marks`` lists ``(name, ns)`` for each :func:`mark` made inside the block, on the same clock.
+    ``copies`` counts the copies DDP's reducer made between gradients and buckets (``grad_to_bucket``,
+    ``bucket_to_grad``), by the names it records for them.
     It uses the autograd profiler that ``torch.profiler.profile`` wraps: the same events, but it
     starts in milliseconds (``torch.profiler`` imports ``torch._inductor`` on first use).
     """
@@ -64,6 +72,7 @@ class CollectiveCounter:
         self.work: list[dict] = []
         self.marks: list[tuple[str, int]] = []
         self.launches: list[tuple[str, int]] = []
+        self.copies: Counter[str] = Counter()
         self._prof = profile(use_cpu=True, record_shapes=True)
 
     def __enter__(self) -> "CollectiveCounter":
@@ -82,6 +91,7 @@ class CollectiveCounter:
         self.marks = [(e.name(), e.start_ns()) for e in events if e.name().startswith(MARK_PREFIX)]
         self.launches = [(e.name().removeprefix(LAUNCH_PREFIX).rstrip("_"), e.start_ns())
                          for e in events if e.name().startswith(LAUNCH_PREFIX)]
+        self.copies.update(REDUCER_COPIES[e.name()] for e in events if e.name() in REDUCER_COPIES)
         for event in (e for e in events if e.name().startswith(BACKEND_PREFIXES)):
             op = event.name().split(":", 1)[1]
             self.counts[op] += 1

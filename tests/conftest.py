@@ -182,6 +182,18 @@ def summarize_again(lab_module, ranks: list[dict], backend: str, **params):
     return lab.finish(ranks, backend, lab.resolve_params(params, len(ranks)))
 
 
+def set_in_records(path: tuple, value, ranks_to=None):
+    """A tamper for :func:`assert_only_these_fail` that sets ``record[path...] = value(old)`` on the given ranks
+    (all when None)."""
+    def tamper(ranks):
+        for r in ranks if ranks_to is None else [ranks[i] for i in ranks_to]:
+            node = r
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value(node[path[-1]])
+    return tamper
+
+
 def assert_only_these_fail(lab_module, result, tamper, failing: set[str], **params) -> None:
     """The lab's summary of a tampered copy of ``result``'s rank records: exactly the checks named
     in ``failing`` must fail, and ``assert_ok()`` must raise (a check CAN fail)."""

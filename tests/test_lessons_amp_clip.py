@@ -8,7 +8,7 @@ import pytest
 import labs
 from labs.lessons import amp_clip as amp_clip_lab
 
-from conftest import assert_only_these_fail, has_hangul
+from conftest import assert_only_these_fail, has_hangul, set_in_records
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -44,38 +44,27 @@ def test_scaler_step_inside_no_sync_is_caught():
     assert result.checks["scale_backed_off_on_every_rank"].value == [256.0, 512.0]
 
 
-def _set(path: tuple, value, ranks_to=None):
-    """A tamper that sets ``record[path...] = value(old)`` on the given ranks (all when None)."""
-    def tamper(ranks):
-        for r in ranks if ranks_to is None else [ranks[i] for i in ranks_to]:
-            node = r
-            for key in path[:-1]:
-                node = node[key]
-            node[path[-1]] = value(node[path[-1]])
-    return tamper
-
-
 def _bump(params: list) -> list:
     return [params[0] + 1e-3, *params[1:]]
 
 
 INF = amp_clip_lab.LAB.params["inf_step"].default
 TAMPERS = {
-    "autocast_output_bf16": _set(("scaler", "output_dtype"), lambda _: "float32", [1]),
-    "allreduce_in_param_dtype": _set(("scaler", "allreduce_dtypes"), lambda _: ["bfloat16"], [0]),
-    "inf_step_skipped_on_every_rank": _set(("scaler", "steps", INF, "moved"), lambda _: 1e-3, [0]),
-    "scale_backed_off_on_every_rank": _set(("scaler", "steps", INF, "scale"), lambda _: 1024.0, [1]),
-    "step_after_inf_updates": _set(("scaler", "steps", INF + 1, "moved"), lambda _: 0.0, [2]),
-    "scaler_replicas_identical": _set(("scaler", "fingerprint"), lambda _: "0" * 12, [2]),
-    "clip_norm_same_on_every_rank": _set(("clip", "ddp", "norm"), lambda v: v * (1 + 1e-7), [1]),
-    "clip_norm_matches_single": _set(("clip", "ddp", "norm"), lambda v: v * 1.001),
-    "clip_issues_no_collectives": _set(("clip", "ddp", "clip_collectives"), lambda _: 1, [0]),
-    "clipped_step_matches_single": _set(("clip", "ddp", "params"), _bump),
-    "clip_after_accumulation_matches_single": _set(("accumulated", "right", "params"), _bump),
+    "autocast_output_bf16": set_in_records(("scaler", "output_dtype"), lambda _: "float32", [1]),
+    "allreduce_in_param_dtype": set_in_records(("scaler", "allreduce_dtypes"), lambda _: ["bfloat16"], [0]),
+    "inf_step_skipped_on_every_rank": set_in_records(("scaler", "steps", INF, "moved"), lambda _: 1e-3, [0]),
+    "scale_backed_off_on_every_rank": set_in_records(("scaler", "steps", INF, "scale"), lambda _: 1024.0, [1]),
+    "step_after_inf_updates": set_in_records(("scaler", "steps", INF + 1, "moved"), lambda _: 0.0, [2]),
+    "scaler_replicas_identical": set_in_records(("scaler", "fingerprint"), lambda _: "0" * 12, [2]),
+    "clip_norm_same_on_every_rank": set_in_records(("clip", "ddp", "norm"), lambda v: v * (1 + 1e-7), [1]),
+    "clip_norm_matches_single": set_in_records(("clip", "ddp", "norm"), lambda v: v * 1.001),
+    "clip_issues_no_collectives": set_in_records(("clip", "ddp", "clip_collectives"), lambda _: 1, [0]),
+    "clipped_step_matches_single": set_in_records(("clip", "ddp", "params"), _bump),
+    "clip_after_accumulation_matches_single": set_in_records(("accumulated", "right", "params"), _bump),
     "clip_every_micro_step_differs": lambda ranks: [r["accumulated"]["wrong"].update(
         params=list(ranks[0]["accumulated"]["single"]["params"])) for r in ranks],
-    "local_norms_differ_per_rank": _set(("accumulated", "wrong", "local_norms"), lambda _: [1.0]),
-    "wrong_clip_replicas_identical": _set(("accumulated", "wrong", "params"), _bump, [1]),
+    "local_norms_differ_per_rank": set_in_records(("accumulated", "wrong", "local_norms"), lambda _: [1.0]),
+    "wrong_clip_replicas_identical": set_in_records(("accumulated", "wrong", "params"), _bump, [1]),
     "fp16_hook_halves_bytes": lambda ranks: ranks[0]["hooks"]["fp16"].update(wrote=ranks[0]["hooks"]["default"]["wrote"]),
     "fp16_hook_drift_small": lambda ranks: ranks[0]["hooks"].update(drift=0.05 * ranks[0]["hooks"]["default"]["moved"]),
 }

@@ -1,5 +1,6 @@
 """Chapter 7 figures: bucket counts per ``bucket_cap_mb``, the backward/All-Reduce timeline,
-per-sample weights with uneven per-rank batches, and the ``Join`` timeline (all recorded)."""
+per-sample weights with uneven per-rank batches, the ``Join`` timeline, and the tables of the
+training-loop labs (amp_clip, comm_hooks, compile_ddp) (all recorded)."""
 
 from __future__ import annotations
 
@@ -323,6 +324,54 @@ def amp_clip_table(result):
     return html_table(["항목", *ranks, "한 프로세스"], rows,
                       caption=f"amp_clip 실습 (N={result.world_size}): 마지막 랭크의 손실만 스텝 "
                               f"{result.params['inf_step']}에서 inf, max_norm {d['clip_norms']['max_norm']:.4g}")
+
+
+HOOK_LABELS = {"default": "기본 훅 (All-Reduce)", "powersgd": "PowerSGD, 오차 피드백 켬",
+               "powersgd_no_ef": "PowerSGD, 오차 피드백 끔"}
+
+
+def powersgd_table(result):
+    """Per hook: bytes rank 0 wrote per step before and after ``start_powerSGD_iter``, the ratio to the default
+    hook, and the parameter difference to the default hook after all steps."""
+    d, start = result.data, result.params["start_iter"]
+    wrote = {h: per_rank[0] for h, per_rank in d["bytes_per_step"].items()}
+    plain = {h: sum(w[:start]) / start for h, w in wrote.items()}
+    compressed = {h: sum(w[start:]) / len(w[start:]) for h, w in wrote.items()}
+    rows = [[label, f"{plain[h]:,.0f}", f"{compressed[h]:,.0f}", f"{compressed[h] / compressed['default']:.4f}",
+             "—" if h == "default" else f"{d['drift'][h]:.3f}"] for h, label in HOOK_LABELS.items()]
+    steps = len(wrote["default"])
+    return html_table(["통신 훅", f"스텝 0~{start - 1}: 쓴 바이트/스텝", f"스텝 {start}~{steps - 1}: 쓴 바이트/스텝",
+                       "기본 훅 대비", "기본 훅과의 파라미터 차이 / 이동량"], rows,
+                      caption=f"Linear(256, 256) {steps}스텝, 근사 랭크 r={result.params['matrix_rank']}, "
+                              f"N={result.world_size} (랭크 0이 쓴 바이트: /proc/self/io wchar)")
+
+
+VIEW_LABELS = {"copy": ("False", "True"), "view": ("True", "False"), "view_set_to_none": ("True", "True")}
+
+
+def bucket_view_table(result):
+    """Per setting: distinct storages behind gradients and buckets, bytes held, the reducer's copies."""
+    rows = []
+    for name, (as_view, none) in VIEW_LABELS.items():
+        v = result.data["views"][name]
+        rows.append([as_view, none, v["grad_storages"], v["buckets"], f"{v['held_bytes'] / v['param_bytes']:g}",
+                     "예" if v["grads_in_buckets"] else "아니요", v["copies"].get("grad_to_bucket", 0),
+                     v["copies"].get("bucket_to_grad", 0)])
+    return html_table(["gradient_as_bucket_view", "zero_grad(set_to_none=)", "p.grad 저장소 수", "버킷 수",
+                       "(그래디언트+버킷) / 파라미터 바이트", "p.grad가 버킷의 뷰", "복사: 그래디언트→버킷",
+                       "복사: 버킷→그래디언트"], rows,
+                      caption="두 층 모델(버킷 2개), 마지막 역전파 뒤 랭크 0 (복사는 그 역전파에서 리듀서가 한 횟수)")
+
+
+def compile_table(result):
+    """Per cap: eager DDP's buckets, DDPOptimizer's pieces (and the source rule), the compiled backward's All-Reduces."""
+    d = result.data
+    rows = [[cap, d["ddp_buckets"]["eager"][i], d["pieces"][i], d["predicted"][i], d["ddp_buckets"]["compiled"][i]]
+            for i, cap in enumerate(d["caps"])]
+    return html_table(["bucket_cap_mb", "eager DDP의 All-Reduce 수", "DDPOptimizer의 조각 수", "소스 규칙의 조각 수",
+                       "컴파일한 DDP의 All-Reduce 수"], rows,
+                      caption=f"Linear(256, 256) {result.params['depth']}층, N={result.world_size}; "
+                              f"optimize_ddp=False면 조각 {d['no_split']}개")
 
 
 def rebuild_items_text(forward) -> str:
