@@ -4,8 +4,9 @@ A dump is the pickle ``torch._C._distributed_c10d._dump_fr_trace`` returns: the 
 writes to ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` on a timeout. The analyzer
 (``python -m torch.distributed.flight_recorder.fr_trace <folder>``) reads one such file per rank and
 names the ranks missing from a collective, but it finds each group's ranks in the dump's
-``pg_config``; torch 2.13's gloo process group never records them there (only a placeholder
-entry named ``""``), so :func:`add_membership` writes them in from what the ranks know.
+``pg_config``. torch 2.13's gloo process group records its ranks there when it is constructed,
+before it has a name or a rank list (one entry named ``""`` with no ranks is all a dump holds), so
+:func:`add_membership` writes them in from what the ranks know.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from pathlib import Path
 
 _PR_SET_PTRACER = 0x59616D61
 _PR_SET_PTRACER_ANY = ctypes.c_ulong(-1)
-_THREAD = re.compile(r'^Thread (\d+) \((\w+)\): "(.*)"$')
+_THREAD = re.compile(r'^Thread (\d+) \((\w+)\)(?:: "(.*)")?$')  # the name only where py-spy can read it
 _FRAME = re.compile(r"^\s+(.+?) \((.+?)(?::(\d+))?\)$")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # py-spy colours its output where the environment forces colour (a Jupyter kernel)
 
 
 def executable() -> str | None:
@@ -49,7 +50,7 @@ def dump(pids: list[int], timeout: float = 20.0) -> list[dict]:
             proc.kill()
             text, err = proc.communicate()
             err = f"py-spy가 {timeout:g}초 안에 끝나지 않음. {err}"
-        out.append({"pid": pid, "text": text, "error": "" if proc.returncode == 0 else err.strip()})
+        out.append({"pid": pid, "text": _COLOUR.sub("", text), "error": "" if proc.returncode == 0 else _COLOUR.sub("", err).strip()})
     return out
 
 

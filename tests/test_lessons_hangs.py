@@ -6,9 +6,13 @@ really hangs)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import labs
+from labs import pyspy
 from labs.lessons import hangs
 from labs.viz import hangs as figures
 
@@ -140,3 +144,24 @@ def _gloo_wrote_a_file(ranks):
                                              (_gloo_wrote_a_file, "gloo_no_dump_on_timeout")])
 def test_tool_checks_can_fail(runs, tamper, failing):
     assert_only_these_fail(hangs, runs[3], tamper, {failing})
+
+
+def test_pyspy_reads_the_main_thread_even_when_colour_is_forced(monkeypatch):
+    # Jupyter 커널은 자식 프로세스에 CLICOLOR_FORCE=1을 준다: py-spy의 출력이 색 코드로 덮여도 프레임을 읽어야 한다
+    monkeypatch.setenv("CLICOLOR_FORCE", "1")
+    code = "import time\ndef waiting_here():\n    print('ready', flush=True)\n    time.sleep(30)\nwaiting_here()\n"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        [dumped] = pyspy.dump([child.pid])
+    finally:
+        child.kill()
+        child.wait()
+    assert dumped["error"] == "" and "\x1b[" not in dumped["text"]
+    assert [fn for fn, _, _ in pyspy.main_thread(dumped["text"])][:2] == ["waiting_here", "<module>"]
+
+
+def test_missing_pyspy_is_reported_in_korean(monkeypatch):
+    monkeypatch.setattr(pyspy, "executable", lambda: None)
+    [dumped] = pyspy.dump([1])
+    assert dumped["text"] == "" and has_hangul(dumped["error"]) and "requirements.txt" in dumped["error"]

@@ -91,7 +91,9 @@ def read_stacks_later(ctx: RankContext, pids: list[int], timeout_s: float) -> th
                 return
             time.sleep(0.02)
         time.sleep(_SETTLE)
-        thread.result = [{"pid": d["pid"], "frames": pyspy.main_thread(d["text"]), "error": d["error"]}
+        thread.result = [{"pid": d["pid"], "frames": pyspy.main_thread(d["text"]),
+                          "error": d["error"] or ("" if pyspy.main_thread(d["text"]) else
+                                                  f"py-spy의 출력에서 주 스레드를 찾지 못함: {d['text'][:400]!r}")}
                          for d in pyspy.dump(pids)]
 
     thread = threading.Thread(target=read, name="labs-hangs-pyspy", daemon=True)
@@ -229,7 +231,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
             "timeout_files": [r["timeout_files"] for r in ranks]}
     config = files["raw_pg_config"]
     checks = [check_true("fr_dump_lacks_membership", all(g["ranks"] == "[]" for g in config.values()), json.dumps(config),
-                         "gloo의 덤프 파일은 어느 그룹의 구성원(pg_config의 ranks)도 적지 않는다: torch의 분석기가 "
+                         "gloo의 덤프 파일에는 어느 그룹의 구성원(pg_config의 ranks)도 적혀 있지 않다: torch의 분석기가 "
                          "그대로는 읽지 못한다(랭크 0 파일의 pg_config)")]
     if n == 1:
         reason = "랭크가 하나면 건너뛸 다른 랭크가 없다"
