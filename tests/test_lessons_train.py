@@ -6,7 +6,6 @@ The tamper tests feed ``summarize``/``compare_runs`` altered records to show eac
 
 from __future__ import annotations
 
-import ast
 import copy
 import json
 import os
@@ -203,53 +202,7 @@ def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     assert summary["fingerprint"] == runs[2]["full"].data["summary"]["fingerprint"]
 
 
-# ----------------------------------------------------------------------------- the chapter's sources
-
-# Every emphasized line of a literalinclude must still be one of the lines the text talks about.
-EXPECTED = {
-    "train": ("make_ddp_model", "make_loader", "pin_memory", "set_epoch", "train_one_epoch"),
-    "train_one_epoch": ("③", "④", "⑥", "cross_entropy", "backward", "step"),
-    "init_distributed": ("RANK", "WORLD_SIZE", "set_device", "cuda", "init_process_group"),
-    "global_mean": ("totals",),
-    "evaluate": ("rank::", "all_reduce"),
-    "save_checkpoint": ("rank == 0", "state_dict", "torch.save", "os.replace", "barrier"),
-    "load_checkpoint": ("torch.load", "load_state_dict"),
-    "main": ("RESTART_COUNT", "restarts", "fail_at_epoch", "train("),
-    "global_batches": ("make_loader", "set_epoch", "zip", "torch.cat"),
-    "train_reference": ("make_model", "train_one_epoch", "optimizer, device"),
-}
-
-
-def _object_lines(path: Path, name: str) -> list[str]:
-    source = path.read_text(encoding="utf-8")
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-            start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            return source.splitlines()[start - 1:node.end_lineno]
-    raise AssertionError(f"{name} not found in {path}")
-
-
-def _emphasized(spec: str) -> list[int]:
-    lines = []
-    for part in filter(None, spec.split(",")):
-        first, _, last = part.strip().partition("-")
-        lines.extend(range(int(first), int(last or first) + 1))
-    return lines
-
-
-def test_chapter_emphasized_lines_point_at_the_right_code():
-    notebook = json.loads((REPO / "book" / "06_train.ipynb").read_text(encoding="utf-8"))
-    text = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
-    blocks = re.findall(r"```\{literalinclude\} \.\./(\S+)\n((?::\S+:.*\n)+)```", text)
-    assert len(blocks) >= 10
-    for path, options in blocks:
-        opts = dict(re.findall(r":(\S+): (.*)", options))
-        name = opts["pyobject"]
-        body = _object_lines(REPO / path, name)
-        for number in _emphasized(opts.get("emphasize-lines", "")):
-            line = body[number - 1]
-            assert any(token in line for token in EXPECTED[name]), f"{path}:{name} 강조 {number}행: {line!r}"
-
+# ----------------------------------------------------------------------------- the chapter notebook (its includes: test_includes.py)
 
 def test_chapter_notebook_is_commit_ready():
     notebook = json.loads((REPO / "book" / "06_train.ipynb").read_text(encoding="utf-8"))

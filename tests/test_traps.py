@@ -115,7 +115,7 @@ def test_eval_rank0_bug_hangs_and_names_each_rank(no_leftover_children):
     assert bug.ok, bug.report()
     assert bug.data["measured"]["kind"] == "hang"
     assert sorted(bug.data["measured"]["where"]) == [0, 1]
-    assert "eval_rank0_rank" in bug.data["measured"]["where"][1]  # 랭크 1은 barrier 줄에서 기다린다
+    assert "eval_rank0_bug" in bug.data["measured"]["where"][1]  # 랭크 1은 barrier 줄에서 기다린다
     assert f"제한 시간 {traps.HANG_TIMEOUT:g}초" in bug.data["measured"]["message"]
     no_leftover_children()
 

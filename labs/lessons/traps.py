@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..comms import CollectiveCounter
 from ..context import RankContext, resolve_backend
+from ..ddp.traps import eval_rank0_bug, eval_rank0_fix, seeded_model_bug, seeded_model_fix
 from ..errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from ..models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Folder, Int, seed
@@ -229,15 +230,6 @@ def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 3. evaluation on rank 0 only
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        loss = float(_loss(model, x, y))
-    model.train(was_training)  # 평가가 끝나면 학습 모드로 되돌린다
-    return loss
-
-
 def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     batches = _batches(ctx, p, p["steps"])
     xv, yv = (t.to(ctx.device) for t in synthetic_regression(8 * ctx.world_size, seed=p["seed"] + 1))
@@ -245,16 +237,10 @@ def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     ddp = wrap_ddp(bn_mlp(), ctx.device)  # BatchNorm: 버퍼(running mean/var)가 있는 모델
     train_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=p["lr"]), batches)
     if variant == "bug":
-        if ctx.rank == 0:
-            evaluate(ddp, xv, yv)         # 버그: DDP 래퍼로, 랭크 0에서만 평가
-        dist.barrier()                    # 예: 체크포인트를 저장하기 전에 모두 기다린다
+        eval_rank0_bug(ctx, ddp, xv, yv)
         return {}
-    module_loss = evaluate(ddp.module, xv, yv) if ctx.rank == 0 else None   # 고침 1: 감싸지 않은 모델
-    xs, ys = rank_batch(xv, yv, ctx.rank, ctx.world_size, 8)                 # 고침 2: 모든 랭크가 제 몫을 평가
-    total = torch.tensor([evaluate(ddp, xs, ys) * len(xs), len(xs)], dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(total)
-    dist.barrier()
-    return {"module_loss": module_loss, "all_ranks_loss": float(total[0] / total[1]),
+    module_loss, all_ranks_loss = eval_rank0_fix(ctx, ddp, xv, yv)
+    return {"module_loss": module_loss, "all_ranks_loss": all_ranks_loss,
             "params": flat_parameters(ddp.module).tolist()}
 
 
@@ -461,28 +447,10 @@ def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 8. the same seed for data randomness
 
-class DropoutMLP(nn.Module):
-    """Dropout on the inputs, then the perceptron; the last dropout mask is kept for inspection."""
-
-    def __init__(self, in_features: int):
-        super().__init__()
-        self.dropout = nn.Dropout(0.5)
-        self.net = tiny_mlp(in_features=in_features)
-        self.last_mask = None
-
-    def forward(self, x):
-        dropped = self.dropout(x)
-        self.last_mask = (dropped != 0).to(torch.uint8)
-        return self.net(dropped)
-
-
 def seed_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     x, y = synthetic_regression(ctx.world_size * p["steps"] * p["per_rank_batch"], in_features=16, seed=p["seed"])
-    torch.manual_seed(p["seed"])                          # 모델 초기화: 모든 랭크가 같은 시드
-    model = DropoutMLP(16)
+    model = (seeded_model_fix if variant == "fix" else seeded_model_bug)(ctx, p["seed"])
     init = flat_parameters(model).tolist()
-    if variant == "fix":
-        torch.manual_seed(p["seed"] + 1 + ctx.rank)       # 고침: 데이터 쪽 난수는 랭크마다 다른 시드
     ddp = wrap_ddp(model, ctx.device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
     masks, noises = [], []
