@@ -46,7 +46,7 @@ EXPECTED = {
     ("07_internals", "ddp_gradient"): ("mse_loss(ddp(x), y)", "loss.backward()"),
     ("07_internals", "gradient_mean_vs_global"): ("dist.all_reduce(total)", "total / n"),
     ("07_internals", "train"): ("mse_backward", "opt.step()"),
-    ("07_internals", "predict_buckets"): ("total >= cap", "buckets.append(current)", "cap = [], 0, limit"),
+    ("07_internals", "group_by_size"): ("total >= limit", "groups.append(current)", "limit = [], 0, cap"),
     ("07_internals", "Timeline.comm_hook"): ('"launch"', "allreduce_hook(state, bucket).then(finished)"),
     ("07_internals", "record_overlap"): ("register_comm_hook", "loss.backward()"),
     ("07_internals", "accumulate"): ("ddp.no_sync()", "scale=1.0 / k"),

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 import labs
 import labs.launch
-import labs.train_script as script
+import labs.ddp.train_script as script
 from labs.context import RankContext
 from labs.lessons import train as train_lab
 from labs.lessons.train import compare_runs
@@ -174,7 +174,7 @@ def test_tampered_resume_fails_comparison(runs):
 # ----------------------------------------------------------------------------- the script itself
 
 def test_script_runs_as_one_process(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "3"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "labs.ddp.train_script", "--epochs", "3"], cwd=tmp_path,
                           env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "시작: 월드 크기 1" in proc.stdout
@@ -188,7 +188,7 @@ def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     from labs import commands
     from labs.lessons.train import run_command
 
-    line = commands.torchrun_restart(script=str(REPO / "labs" / "train_script.py"), ckpt_dir=str(tmp_path / "ckpt"))
+    line = commands.torchrun_restart(script=str(REPO / "labs" / "ddp" / "train_script.py"), ckpt_dir=str(tmp_path / "ckpt"))
     cmd, settings = commands.torchrun_restart_argv(line, sys.executable)
     assert settings == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     env = clean_env(TMPDIR=str(tmp_path), GLOO_SOCKET_IFNAME="lo", **settings)
@@ -288,7 +288,7 @@ def test_a_second_run_in_a_folder_in_use_is_refused(tmp_path, capsys):
 
 def test_the_script_refuses_another_configuration_with_exit_2(tmp_path):
     def script_run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "2", "--no-progress",
+        return subprocess.run([sys.executable, "-m", "labs.ddp.train_script", "--epochs", "2", "--no-progress",
                                "--ckpt-dir", str(tmp_path / "ckpt"), *args], cwd=tmp_path,
                               env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
 

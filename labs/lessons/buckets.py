@@ -22,13 +22,13 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
 
 from ..comms import CollectiveCounter
+from ..ddp.buckets import MIB, group_by_size
 from ..context import DESCRIBE_KEYS, RankContext
 from ..models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
 from ..result import Summary, check_equal, check_true, not_applicable
 
-MIB = 1024 * 1024
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
 
 
@@ -52,22 +52,6 @@ def bucket_limits(cap: str) -> tuple[int, int]:
         return dist._DEFAULT_FIRST_BUCKET_BYTES, _DEFAULT_BUCKET_CAP_MB * MIB
     limit = int(float(cap) * MIB)
     return limit, limit
-
-
-def predict_buckets(sizes: list[int], first_limit: int, limit: int) -> list[list[int]]:
-    """Group gradient sizes (bytes, in the order they become ready) into buckets.
-
-    A bucket closes as soon as its size reaches its limit; the first bucket uses
-    ``first_limit``, every later one ``limit`` (the rule of reducer.cpp).
-    """
-    buckets, current, total, cap = [], [], 0, first_limit
-    for index, size in enumerate(sizes):
-        current.append(index)
-        total += size
-        if total >= cap:
-            buckets.append(current)
-            current, total, cap = [], 0, limit
-    return buckets + ([current] if current else [])
 
 
 class Timeline:
@@ -165,7 +149,8 @@ def rank_fn(ctx: RankContext, caps_mb: str, width: int, depth: int, batch: int, 
 
 
 def predicted_counts(param_bytes: list[int], order: list[int], cap: str) -> int:
-    return len(predict_buckets([param_bytes[i] for i in order], *bucket_limits(cap)))
+    first, limit = bucket_limits(cap)
+    return len(group_by_size([param_bytes[i] for i in order], limit, first, nbytes=int))
 
 
 def launched_before_backward_end(timeline: dict) -> bool:
