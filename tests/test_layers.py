@@ -30,8 +30,6 @@ KNOWN = {
         "`python -m labs bench` prints the bench lab's nccl-tests-shaped tables; they move with the cost.py split",
     ("lesson imports lesson", "labs.lessons.zero", "labs.lessons.equivalence"):
         "chapter 13 reuses chapter 5's float32 tolerance (ATOL, RTOL); they belong in a shared tool",
-    ("lesson imports lesson", "labs.lessons.miniddp", "labs.lessons.buckets"):
-        "chapter 9's timeline reuses chapter 7's Timeline and layer_stack; they belong in a shared tool",
 }
 
 

@@ -17,17 +17,16 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
 
 from ..comms import CollectiveCounter
-from ..ddp.buckets import MIB, group_by_size
 from ..context import DESCRIBE_KEYS, RankContext
+from ..ddp.buckets import MIB, group_by_size
 from ..models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
 from ..result import Summary, check_equal, check_true, not_applicable
+from ..timeline import Timeline
 
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
 
@@ -52,41 +51,6 @@ def bucket_limits(cap: str) -> tuple[int, int]:
         return dist._DEFAULT_FIRST_BUCKET_BYTES, _DEFAULT_BUCKET_CAP_MB * MIB
     limit = int(float(cap) * MIB)
     return limit, limit
-
-
-class Timeline:
-    """Timestamps of one backward: gradients ready per parameter, All-Reduce launch/finish per bucket."""
-
-    def __init__(self, params: list[nn.Parameter]):
-        self.start = 0.0
-        self.ready: dict[int, float] = {}
-        self.launched: list[dict] = []
-        self.order: list[int] = []
-        self.index = {id(p): i for i, p in enumerate(params)}
-        for index, p in enumerate(params):
-            p.register_post_accumulate_grad_hook(lambda _, i=index: self._ready(i))
-
-    def reset(self) -> None:
-        self.start = time.perf_counter()
-        self.ready, self.launched, self.order = {}, [], []
-
-    def _ready(self, index: int) -> None:
-        self.ready[index] = time.perf_counter() - self.start
-        self.order.append(index)
-
-    def comm_hook(self, state, bucket):  # (no annotations: DDP checks them, and this module postpones them)
-        """A DDP communication hook: ``hook(state, dist.GradBucket) -> Future[Tensor]``."""
-        # DDP의 기본 동작(allreduce_hook: 나누기 N 후 All-Reduce 합)을 그대로 쓰고, 시작·끝 시각만 적는다.
-        record = {"bucket": bucket.index(), "launch": time.perf_counter() - self.start,
-                  "bytes": bucket.buffer().numel() * bucket.buffer().element_size(),
-                  "params": sorted(self.index[id(p)] for p in bucket.parameters())}
-        self.launched.append(record)
-
-        def finished(fut):
-            record["done"] = time.perf_counter() - self.start
-            return fut.value()
-
-        return allreduce_hook(state, bucket).then(finished)
 
 
 def _batch(ctx: RankContext, width: int, batch: int, seed: int) -> torch.Tensor:

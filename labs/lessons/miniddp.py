@@ -26,13 +26,13 @@ from ..ddp.buckets import MIB, group_by_size
 from ..ddp.miniddp import STEPS
 from ..ddp.bugs import ForwardOrderBuckets
 from ..miniddp_trace import AllReduceTrace
-from ..models import mse_backward, rank_batch, wrap_ddp
+from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..params import Bool, Float, Int, seed
 from ..primitives import max_abs_diff, sync
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_equal, not_applicable
+from ..timeline import Timeline
 from ..timing import paired_ratio, slowest, time_calls
-from .buckets import Timeline, layer_stack
 
 VARIANTS = ("single", "naive", "flat", "overlap", "buckets", "forward", "ddp")
 OURS = ("naive", "flat", "overlap", "buckets", "forward")
