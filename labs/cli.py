@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="모든 결과를 JSON 한 객체로 출력")
     grade = sub.add_parser("grade", help="직접 만든 DDP 클래스(9장)를 실제 랭크에서 채점 (torch DDP·단일 프로세스와 비교)")
     grade.add_argument("path", nargs="?", default=None,
-                       help="채점할 파이썬 파일 (예: my_ddp.py; 비우면 참조 구현 labs/miniddp.py)")
+                       help="채점할 파이썬 파일 (예: my_ddp.py; 비우면 참조 구현 labs/ddp/miniddp.py)")
     grade.add_argument("--class", dest="classes", action="append", default=[], metavar="NAME",
                        help="채점할 클래스 (여러 번 가능; 기본: 파일에 있는 PerParameterDDP, BucketedDDP; "
                             "13장의 ShardedOptimizer, FullyShardedDP는 그 인터페이스로 채점)")

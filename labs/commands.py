@@ -31,7 +31,7 @@ def torchrun_one_node(lab: str = "replicas", nproc: int = GPUS_PER_NODE, params:
     return f"torchrun --nproc_per_node={nproc} {_lab_args(lab, params)}"
 
 
-def torchrun_grade(path: str = "labs/miniddp.py", nproc: int = GPUS_PER_NODE) -> str:
+def torchrun_grade(path: str = "labs/ddp/miniddp.py", nproc: int = GPUS_PER_NODE) -> str:
     """One node: grade a DDP class (chapter 9) on ``nproc`` ranks started by torchrun."""
     return f"torchrun --nproc_per_node={nproc} -m labs grade {shlex.quote(path)}"
 
@@ -66,7 +66,7 @@ RESTART_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"  # a workaround seen on tor
 
 
 def torchrun_restart(nproc: int = 2, max_restarts: int = 1, epochs: int = 6, ckpt_dir: str = "체크포인트폴더",
-                     fail_at_epoch: int = 3, script: str = "labs/train_script.py") -> str:
+                     fail_at_epoch: int = 3, script: str = "labs/ddp/train_script.py") -> str:
     """Chapter 6.8: the training script under torchrun, restarted after a rank fails, resuming from
     the checkpoint. The chapter shows this line and runs :func:`torchrun_restart_argv` of it."""
     return (f"{RESTART_ENV} torchrun --standalone --nproc_per_node={nproc} --max-restarts={max_restarts} "

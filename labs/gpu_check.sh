@@ -110,15 +110,15 @@ done
 if (( GPUS >= 2 )); then
   if [[ "${GPU_CHECK_TORCHRUN:-0}" == 1 ]]; then
     run_one grade-cli "torchrun N=$NPROC nccl" -- "$PYTHON" -m torch.distributed.run --standalone \
-      --nproc_per_node="$NPROC" -m labs grade labs/miniddp.py --backend nccl --timeout "$LAB_TIMEOUT"
+      --nproc_per_node="$NPROC" -m labs grade labs/ddp/miniddp.py --backend nccl --timeout "$LAB_TIMEOUT"
   else
-    run_one grade-cli "N=$NPROC nccl" -- "$PYTHON" -m labs grade labs/miniddp.py --nproc "$NPROC" --backend nccl \
+    run_one grade-cli "N=$NPROC nccl" -- "$PYTHON" -m labs grade labs/ddp/miniddp.py --nproc "$NPROC" --backend nccl \
       --timeout "$LAB_TIMEOUT"
   fi
 elif (( GPUS == 1 )); then
-  run_one grade-cli "N=1 nccl" -- "$PYTHON" -m labs grade labs/miniddp.py --nproc 1 --backend nccl --timeout "$LAB_TIMEOUT"
+  run_one grade-cli "N=1 nccl" -- "$PYTHON" -m labs grade labs/ddp/miniddp.py --nproc 1 --backend nccl --timeout "$LAB_TIMEOUT"
 else
-  run_one grade-cli "N=2 gloo" -- "$PYTHON" -m labs grade labs/miniddp.py --nproc 2 --backend gloo --timeout "$LAB_TIMEOUT"
+  run_one grade-cli "N=2 gloo" -- "$PYTHON" -m labs grade labs/ddp/miniddp.py --nproc 2 --backend gloo --timeout "$LAB_TIMEOUT"
 fi
 
 # 10장의 함정: 버그(멈춤·예외·프로세스 종료를 확인)와 고친 코드를 모두. 랭크가 2개 이상이어야 함정이 생긴다.

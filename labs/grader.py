@@ -282,7 +282,7 @@ def explain_error(err: LabError, timeout: float) -> str:
 
 def main(args) -> int:
     """``python -m labs grade [PATH] [--class NAME] [--nproc N] [--timeout S]``; returns the exit code
-    (without a path: the reference ``labs/miniddp.py``)."""
+    (without a path: the reference ``labs/ddp/miniddp.py``)."""
     path = getattr(args, "path", None) or str(REFERENCE)
     try:
         params = dict(get_lab("grade").parse_params(args.param))

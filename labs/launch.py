@@ -63,7 +63,7 @@ _STDERR_TAIL = 8192  # bytes of each rank's standard error kept for a crash repo
 # A process that multiprocessing is bootstrapping re-ran the main script, which called labs.run again.
 EXIT_MAIN_REIMPORTED = 86
 # Imported once by the fork server, not by every rank: DDP's constructor imports torch._dynamo, and
-# train's ranks load their data with scikit-learn (labs.train_script imports it only then); each
+# train's ranks load their data with scikit-learn (labs.ddp.train_script imports it only then); each
 # costs seconds of CPU per process.
 RANK_IMPORTS = ("torch._dynamo", "sklearn.datasets", "sklearn.model_selection", "sklearn.preprocessing")
 

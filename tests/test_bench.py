@@ -1,5 +1,5 @@
 """Chapter 8: the ``bench`` lab (labs/lessons/cost.py) and ``python -m labs bench`` on real gloo ranks
-(quick mode), the rings of labs/ring.py against the library, checks that are not applicable to a
+(quick mode), the rings of labs/ddp/ring.py against the library, checks that are not applicable to a
 user's own sizes, and every check failing when the recorded data is tampered with. The rings' runs
 that assert no timing are in test_bench_rings.py, which may run alongside other tests.
 

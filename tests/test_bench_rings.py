@@ -1,4 +1,4 @@
-"""Chapter 8's rings (labs/ring.py) inside the ``bench`` lab on real gloo ranks, where only their
+"""Chapter 8's rings (labs/ddp/ring.py) inside the ``bench`` lab on real gloo ranks, where only their
 correctness is asserted: a copy of the package with a broken pipelined ring is caught, and the ring
 at N=4 matches the library. No timing is asserted here, so unlike test_bench.py these tests need not
 run alone (tests/parallel.py).
@@ -24,7 +24,7 @@ def test_broken_pipelined_ring_is_caught(tmp_path):
     """A real wrong ring, not an edited number: a copy of the package whose pipelined ring forgets to
     add the last segment of every chunk. The lab run on real ranks must fail rings_match_library."""
     shutil.copytree(Path(labs.__file__).parent, tmp_path / "labs")
-    ring = tmp_path / "labs" / "ring.py"
+    ring = tmp_path / "labs" / "ddp" / "ring.py"
     correct = "        if t < n - 1:\n            seg = segments[chunk][k]\n"
     assert correct in ring.read_text()
     ring.write_text(ring.read_text().replace(correct, correct.replace("t < n - 1", "t < n - 1 and k + 1 < len(segments[chunk])")))

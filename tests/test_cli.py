@@ -238,7 +238,7 @@ def test_stale_torchrun_variables_do_not_fool_the_cli(tmp_path, stale):
 
 
 def test_grade_without_a_path_grades_the_reference():
-    """`python -m labs grade` (no file) grades labs/miniddp.py, as its help says."""
+    """`python -m labs grade` (no file) grades labs/ddp/miniddp.py, as its help says."""
     proc = labs_cli("grade", timeout=240)
     assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
     assert "클래스 PerParameterDDP" in proc.stdout and "클래스 BucketedDDP" in proc.stdout

@@ -70,14 +70,14 @@ def test_wrong_class_shape(tmp_path, source, words):
 
 
 def test_bad_grade_parameter(tmp_path):
-    assert_korean_error(grade_cli("labs/miniddp.py", "--param", "steps=0"), EXIT_BAD_INPUT, "steps")
+    assert_korean_error(grade_cli("labs/ddp/miniddp.py", "--param", "steps=0"), EXIT_BAD_INPUT, "steps")
 
 
 def test_deadlock_ends_in_a_named_timeout(tmp_path, no_leftover_children):
     path = write(tmp_path, """\
         import torch
         import torch.distributed as dist
-        from labs.miniddp import PerParameterDDP as Reference
+        from labs.ddp.miniddp import PerParameterDDP as Reference
 
         class PerParameterDDP(Reference):
             def finish_gradient_synchronization(self):
@@ -96,14 +96,14 @@ def test_deadlock_ends_in_a_named_timeout(tmp_path, no_leftover_children):
 
 
 def test_reference_passes_every_check():
-    proc = grade_cli("labs/miniddp.py")
+    proc = grade_cli("labs/ddp/miniddp.py")
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr
     assert proc.stdout.count("모두 통과했습니다") == 2, proc.stdout
     assert "[실패]" not in proc.stdout
 
 
 def test_a_bug_gets_its_diagnosis_and_exit_1():
-    proc = grade_cli("labs/miniddp_bugs.py", "--class", "NoDivision")
+    proc = grade_cli("labs/ddp/bugs.py", "--class", "NoDivision")
     assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
     assert "가장 가능성 높은 원인 (grads_averaged)" in proc.stdout and "N으로 나누지 않았습니다" in proc.stdout
     assert "[실패] torch DDP·단일 프로세스와 같은 결과 (matches_oracles)" in proc.stdout

@@ -357,7 +357,7 @@ def test_an_exception_leads_with_the_readers_line(bugs):
 
 
 def test_no_division_is_not_masked_by_the_layout():
-    result = labs.run("grade", nproc=2, timeout=240, path="labs/miniddp_bugs.py", classes="NoDivision", steps=2)
+    result = labs.run("grade", nproc=2, timeout=240, path="labs/ddp/bugs.py", classes="NoDivision", steps=2)
     assert diagnosis(result, "NoDivision") == "grads_averaged"
     assert result.checks["NoDivision.collectives_per_iteration"].ok
     assert result.data["classes"][0]["grad_cause"]["cause"] == "not_divided"
@@ -415,12 +415,12 @@ def test_classes_and_paths_are_refused_or_normalized_before_spawning(tmp_path, m
     with pytest.raises(GradeInputError, match="255"):
         labs.grade(tmp_path / ("가" * 100) / "my_ddp.py")
     with pytest.raises(GradeInputError, match="classes"):
-        labs.grade("labs/miniddp.py", classes=5)
+        labs.grade("labs/ddp/miniddp.py", classes=5)
     with pytest.raises(labs.LabConfigError, match="두 번"):
-        labs.run("grade", path="labs/miniddp.py", classes="BucketedDDP BucketedDDP")
+        labs.run("grade", path="labs/ddp/miniddp.py", classes="BucketedDDP BucketedDDP")
     monkeypatch.undo()
     tiny = {"steps": 1, "width": 4, "depth": 2}
-    once = labs.grade("labs/miniddp.py", classes="PerParameterDDP", **tiny)
-    again = labs.grade("labs/miniddp.py", classes=["PerParameterDDP", "PerParameterDDP"], **tiny)
+    once = labs.grade("labs/ddp/miniddp.py", classes="PerParameterDDP", **tiny)
+    again = labs.grade("labs/ddp/miniddp.py", classes=["PerParameterDDP", "PerParameterDDP"], **tiny)
     assert [c["name"] for c in once.data["classes"]] == [c["name"] for c in again.data["classes"]] == ["PerParameterDDP"]
     assert once.ok and again.ok

@@ -23,7 +23,7 @@ import pytest
 
 from labs import commands
 from labs.lessons.train import compare_runs
-from labs.train_script import read_result
+from labs.ddp.train_script import read_result
 
 from conftest import clean_env, describe
 from slurm_cluster import SlurmCluster, missing_reason

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import labs
+from labs.ddp.buckets import group_by_size
 from labs.lessons import accumulation as accumulation_lab
 from labs.lessons import buckets as buckets_lab
 from labs.lessons import uneven as uneven_lab
@@ -42,12 +43,15 @@ def uneven_runs():
 
 # ----------------------------------------------------------------------------- buckets
 
-def test_predict_buckets_rule():
+def test_bucket_rule():
     # 크기가 상한 "이상"이 되는 순간 닫는다. 첫 버킷만 다른 상한을 쓸 수 있다.
-    assert buckets_lab.predict_buckets([1, 1, 1, 1], 2, 2) == [[0, 1], [2, 3]]
-    assert buckets_lab.predict_buckets([1, 1, 1, 1], 1, 3) == [[0], [1, 2, 3]]
-    assert buckets_lab.predict_buckets([5, 1, 1], 2, 2) == [[0], [1, 2]]
-    assert buckets_lab.predict_buckets([1, 1, 1], 10, 10) == [[0, 1, 2]]
+    def predict(sizes, first, limit):
+        return group_by_size(list(range(len(sizes))), limit, first, nbytes=sizes.__getitem__)
+
+    assert predict([1, 1, 1, 1], 2, 2) == [[0, 1], [2, 3]]
+    assert predict([1, 1, 1, 1], 1, 3) == [[0], [1, 2, 3]]
+    assert predict([5, 1, 1], 2, 2) == [[0], [1, 2]]
+    assert predict([1, 1, 1], 10, 10) == [[0, 1, 2]]
     assert buckets_lab.bucket_limits("default") == (1024 * 1024, 25 * 1024 * 1024)
     assert buckets_lab.bucket_limits("25") == (25 * 1024 * 1024,) * 2
     caps = buckets_lab.LAB.params["caps_mb"]  # 위젯의 글자 입력도 이 명세로 읽는다

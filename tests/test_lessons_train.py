@@ -6,7 +6,6 @@ The tamper tests feed ``summarize``/``compare_runs`` altered records to show eac
 
 from __future__ import annotations
 
-import ast
 import copy
 import json
 import os
@@ -22,7 +21,7 @@ import torch.distributed as dist
 
 import labs
 import labs.launch
-import labs.train_script as script
+import labs.ddp.train_script as script
 from labs.context import RankContext
 from labs.lessons import train as train_lab
 from labs.lessons.train import compare_runs
@@ -175,7 +174,7 @@ def test_tampered_resume_fails_comparison(runs):
 # ----------------------------------------------------------------------------- the script itself
 
 def test_script_runs_as_one_process(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "3"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "labs.ddp.train_script", "--epochs", "3"], cwd=tmp_path,
                           env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "시작: 월드 크기 1" in proc.stdout
@@ -189,7 +188,7 @@ def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     from labs import commands
     from labs.lessons.train import run_command
 
-    line = commands.torchrun_restart(script=str(REPO / "labs" / "train_script.py"), ckpt_dir=str(tmp_path / "ckpt"))
+    line = commands.torchrun_restart(script=str(REPO / "labs" / "ddp" / "train_script.py"), ckpt_dir=str(tmp_path / "ckpt"))
     cmd, settings = commands.torchrun_restart_argv(line, sys.executable)
     assert settings == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     env = clean_env(TMPDIR=str(tmp_path), GLOO_SOCKET_IFNAME="lo", **settings)
@@ -203,53 +202,7 @@ def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     assert summary["fingerprint"] == runs[2]["full"].data["summary"]["fingerprint"]
 
 
-# ----------------------------------------------------------------------------- the chapter's sources
-
-# Every emphasized line of a literalinclude must still be one of the lines the text talks about.
-EXPECTED = {
-    "train": ("make_ddp_model", "make_loader", "pin_memory", "set_epoch", "train_one_epoch"),
-    "train_one_epoch": ("③", "④", "⑥", "cross_entropy", "backward", "step"),
-    "init_distributed": ("RANK", "WORLD_SIZE", "set_device", "cuda", "init_process_group"),
-    "global_mean": ("totals",),
-    "evaluate": ("rank::", "all_reduce"),
-    "save_checkpoint": ("rank == 0", "state_dict", "torch.save", "os.replace", "barrier"),
-    "load_checkpoint": ("torch.load", "load_state_dict"),
-    "main": ("RESTART_COUNT", "restarts", "fail_at_epoch", "train("),
-    "global_batches": ("make_loader", "set_epoch", "zip", "torch.cat"),
-    "train_reference": ("make_model", "train_one_epoch", "optimizer, device"),
-}
-
-
-def _object_lines(path: Path, name: str) -> list[str]:
-    source = path.read_text(encoding="utf-8")
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-            start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            return source.splitlines()[start - 1:node.end_lineno]
-    raise AssertionError(f"{name} not found in {path}")
-
-
-def _emphasized(spec: str) -> list[int]:
-    lines = []
-    for part in filter(None, spec.split(",")):
-        first, _, last = part.strip().partition("-")
-        lines.extend(range(int(first), int(last or first) + 1))
-    return lines
-
-
-def test_chapter_emphasized_lines_point_at_the_right_code():
-    notebook = json.loads((REPO / "book" / "06_train.ipynb").read_text(encoding="utf-8"))
-    text = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
-    blocks = re.findall(r"```\{literalinclude\} \.\./(\S+)\n((?::\S+:.*\n)+)```", text)
-    assert len(blocks) >= 10
-    for path, options in blocks:
-        opts = dict(re.findall(r":(\S+): (.*)", options))
-        name = opts["pyobject"]
-        body = _object_lines(REPO / path, name)
-        for number in _emphasized(opts.get("emphasize-lines", "")):
-            line = body[number - 1]
-            assert any(token in line for token in EXPECTED[name]), f"{path}:{name} 강조 {number}행: {line!r}"
-
+# ----------------------------------------------------------------------------- the chapter notebook (its includes: test_includes.py)
 
 def test_chapter_notebook_is_commit_ready():
     notebook = json.loads((REPO / "book" / "06_train.ipynb").read_text(encoding="utf-8"))
@@ -335,7 +288,7 @@ def test_a_second_run_in_a_folder_in_use_is_refused(tmp_path, capsys):
 
 def test_the_script_refuses_another_configuration_with_exit_2(tmp_path):
     def script_run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "labs.train_script", "--epochs", "2", "--no-progress",
+        return subprocess.run([sys.executable, "-m", "labs.ddp.train_script", "--epochs", "2", "--no-progress",
                                "--ckpt-dir", str(tmp_path / "ckpt"), *args], cwd=tmp_path,
                               env=clean_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=120)
 

@@ -1,8 +1,8 @@
-"""The reference DDP (labs.miniddp) against torch DDP and a single process, and the gallery of named bugs.
+"""The reference DDP (labs.ddp.miniddp) against torch DDP and a single process, and the gallery of named bugs.
 
 Every check of the grader compares with something independent of the class under test: torch's own
 DistributedDataParallel, one process on the global batch, the profiler's count of collectives, the
-ranks' initial weights. Each bug of labs.miniddp_bugs must be caught, with its named diagnosis.
+ranks' initial weights. Each bug of labs.ddp.bugs must be caught, with its named diagnosis.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import labs
 from labs.grader import diagnosis, failed_checks, report
 from labs.lessons.grade import CHECKS
-from labs.miniddp_bugs import BUGS
+from labs.ddp.bugs import BUGS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,7 +29,7 @@ ALSO = {"NoDivision": {"matches_oracles"}, "HookBeforeAccumulation": {"matches_o
 
 @pytest.mark.parametrize("nproc", [1, 2, 3, 4])
 def test_reference_matches_torch_ddp_and_single_process(nproc):
-    result = labs.run("grade", nproc=nproc, timeout=240, path="labs/miniddp.py", classes=REFERENCE)
+    result = labs.run("grade", nproc=nproc, timeout=240, path="labs/ddp/miniddp.py", classes=REFERENCE)
     result.assert_ok()
     for cls in result.data["classes"]:
         for opt, diffs in cls["diffs"].items():
@@ -40,7 +40,7 @@ def test_reference_matches_torch_ddp_and_single_process(nproc):
 
 
 def test_bucket_cap_smaller_than_one_parameter_gives_one_bucket_each():
-    result = labs.run("grade", nproc=2, timeout=240, path="labs/miniddp.py", classes="BucketedDDP",
+    result = labs.run("grade", nproc=2, timeout=240, path="labs/ddp/miniddp.py", classes="BucketedDDP",
                       bucket_cap_mb=1e-6, steps=2)
     result.assert_ok()
     assert "호출 수 [12, 12]" in result.checks["BucketedDDP.collectives_per_iteration"].value
@@ -48,7 +48,7 @@ def test_bucket_cap_smaller_than_one_parameter_gives_one_bucket_each():
 
 @pytest.fixture(scope="module")
 def gallery():
-    return labs.run("grade", nproc=2, timeout=240, path="labs/miniddp_bugs.py", classes=" ".join(BUGS))
+    return labs.run("grade", nproc=2, timeout=240, path="labs/ddp/bugs.py", classes=" ".join(BUGS))
 
 
 def test_gallery_has_at_least_ten_bugs():
@@ -76,7 +76,7 @@ def test_layout_disagreement_is_named_not_a_hang(gallery):
 
 def test_frozen_bug_reports_the_error_with_the_readers_line(gallery):
     cls = next(c for c in gallery.data["classes"] if c["name"] == "FrozenCommunicated")
-    assert "miniddp_bugs.py" in cls["errors"]["frozen"] and "RuntimeError" in cls["errors"]["frozen"]
+    assert "bugs.py" in cls["errors"]["frozen"] and "RuntimeError" in cls["errors"]["frozen"]
 
 
 def test_forward_order_keeps_results_right(gallery):

@@ -187,7 +187,7 @@ def test_a_folder_parameter_is_keyed_by_contents_and_restored(runs_dir, spawn_co
 def test_an_input_file_is_keyed_by_contents(runs_dir, spawn_counter, tmp_path):
     """Chapter 9 grades the reader's file from a fresh temporary folder: the same contents under
     another name replay; other contents under the same name run."""
-    reference = (Path(labs.__file__).parent / "miniddp.py").read_text(encoding="utf-8")
+    reference = (Path(labs.__file__).parent / "ddp" / "miniddp.py").read_text(encoding="utf-8")
     first, second = tmp_path / "a" / "my_ddp.py", tmp_path / "b" / "my_ddp.py"
     for path in (first, second):
         path.parent.mkdir()

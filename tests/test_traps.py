@@ -12,8 +12,10 @@ import copy
 import pytest
 
 import labs
+from labs.ddp.traps import learning_rate_bug, learning_rate_fix
 from labs.errors import LabCheckFailed, LabConfigError
 from labs.lessons import traps
+from labs.outcome import exception_message
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -115,7 +117,7 @@ def test_eval_rank0_bug_hangs_and_names_each_rank(no_leftover_children):
     assert bug.ok, bug.report()
     assert bug.data["measured"]["kind"] == "hang"
     assert sorted(bug.data["measured"]["where"]) == [0, 1]
-    assert "eval_rank0_rank" in bug.data["measured"]["where"][1]  # 랭크 1은 barrier 줄에서 기다린다
+    assert "eval_rank0_bug" in bug.data["measured"]["where"][1]  # 랭크 1은 barrier 줄에서 기다린다
     assert f"제한 시간 {traps.HANG_TIMEOUT:g}초" in bug.data["measured"]["message"]
     no_leftover_children()
 
@@ -205,8 +207,8 @@ def test_lr_scaling(lr_runs):
 
 
 def test_learning_rate_schedule():
-    assert traps.learning_rate("bug", 0.1, 4, 0, 4) == 0.1
-    assert [round(traps.learning_rate("fix", 0.1, 4, s, 4), 6) for s in range(6)] == [0.175, 0.25, 0.325, 0.4, 0.4, 0.4]
+    assert learning_rate_bug(0.1, 4, 0, 4) == 0.1
+    assert [round(learning_rate_fix(0.1, 4, s, 4), 6) for s in range(6)] == [0.175, 0.25, 0.325, 0.4, 0.4, 0.4]
 
 
 # ----------------------------------------------------------------------------- 8. seeds
@@ -232,7 +234,7 @@ def test_bad_trap_name_is_refused_before_spawning():
 def test_exception_message_takes_the_exception_text():
     tb = ('Traceback (most recent call last):\n  File "x.py", line 1, in f\n    g()\n'
           "RuntimeError: first line: detail\nsecond line\n")
-    assert traps.exception_message(tb) == "first line: detail\nsecond line"
+    assert exception_message(tb) == "first line: detail\nsecond line"
 
 
 def test_a_failed_outcome_raises_on_assert_ok():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..miniddp import MIB
+from ..ddp.buckets import MIB
 from ..result import Summary, check_at_most, check_close, check_equal, check_true, not_applicable
 from .probes import OPTIMIZERS
 

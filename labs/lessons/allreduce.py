@@ -27,7 +27,8 @@ from ..models import (fingerprint_tensors, flat_gradients, mse_backward, rank_ba
 from ..params import Int, seed
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
-from ..ring import P2P, ring_all_reduce_
+from ..ddp.allreduce import library_all_reduce_, naive_all_reduce_
+from ..ddp.ring import P2P, ring_all_reduce_
 
 IMPLEMENTATIONS = ("library", "naive", "ring")
 RELATIVE_TOLERANCE = 1e-5  # float32 sums of N values in a different order agree to ~N·2⁻²⁴ relative
@@ -57,30 +58,7 @@ def contributors(value: float, element: int, world_size: int) -> list[int]:
     return [r for r in range(world_size) if digits // 10 ** r % 10]
 
 
-# --- 세 가지 All-Reduce (모두 합을 구한다; 평균은 호출한 쪽에서 N으로 나눈다) -----------------
-
-def library_all_reduce_(buf: torch.Tensor, p2p: P2P) -> torch.Tensor:
-    """PyTorch's collective (gloo: a ring in C++; NCCL: ring or tree). ``p2p`` is unused."""
-    dist.all_reduce(buf, op=dist.ReduceOp.SUM)
-    return buf
-
-
-def naive_all_reduce_(buf: torch.Tensor, p2p: P2P) -> torch.Tensor:
-    """Everyone sends its whole tensor to rank 0, which adds them up and sends the sum back."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    if rank == 0:
-        incoming = torch.empty_like(buf)
-        for src in range(1, n):  # 랭크 0이 (N-1)·S 바이트를 받고
-            p2p.recv(incoming, src)
-            buf.add_(incoming)
-        for dst in range(1, n):  # (N-1)·S 바이트를 보낸다: 랭크 0이 병목
-            p2p.send(buf, dst)
-    else:
-        p2p.send(buf, 0)
-        p2p.recv(buf, 0)
-    return buf
-
-
+# 세 가지 All-Reduce: 모두 합을 구한다(평균은 호출한 쪽에서 N으로 나눈다)
 ALL_REDUCE = {"library": library_all_reduce_, "naive": naive_all_reduce_, "ring": ring_all_reduce_}
 
 

@@ -25,20 +25,20 @@ from ..registry import Lab
 from ..result import Check, Summary, check_at_least, check_close, check_equal
 
 
-def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_seed: int) -> dict:
-    torch.manual_seed(seed)
-    ddp = wrap_ddp(tiny_mlp(), ctx.device)
-    data = synthetic_regression(ctx.world_size * per_rank_batch, seed=data_seed)
-    x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
-    watched = ddp.module[0].weight  # 첫 층: 역전파에서 그래디언트가 가장 늦게 나오는 파라미터
-
+def local_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, CollectiveCounter]:
+    """This rank's own gradient g_i, and the collectives its forward and backward ran."""
     # 1) 로컬 그래디언트 g_i: no_sync() 안에서는 순전파·역전파 모두 통신 없이 끝난다
     with ddp.no_sync(), CollectiveCounter() as local_comm:
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
     local = flat_gradients(ddp.module)
     ddp.zero_grad(set_to_none=True)
+    return local, local_comm
 
+
+def ddp_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor, watched: torch.Tensor) -> tuple:
+    """The same computation under DDP: the gradient after ``loss.backward()``, the loss, the collectives of the
+    backward and what a hook on ``watched`` saw while autograd computed it."""
     # 2) DDP 그래디언트: 같은 계산, 이번에는 loss.backward() 안에서 All-Reduce가 일어난다
     seen_in_backward = []  # 훅: autograd가 이 파라미터의 그래디언트를 막 계산한 순간의 값
     hook = watched.register_hook(lambda grad: seen_in_backward.append(grad.detach().cpu().reshape(-1).tolist()))
@@ -47,6 +47,17 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_se
         loss.backward()
     hook.remove()
     synced = flat_gradients(ddp.module)       # backward가 돌아온 직후의 .grad
+    return synced, loss, backward_comm, seen_in_backward
+
+
+def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_seed: int) -> dict:
+    torch.manual_seed(seed)
+    ddp = wrap_ddp(tiny_mlp(), ctx.device)
+    data = synthetic_regression(ctx.world_size * per_rank_batch, seed=data_seed)
+    x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
+    watched = ddp.module[0].weight  # 첫 층: 역전파에서 그래디언트가 가장 늦게 나오는 파라미터
+    local, local_comm = local_gradient(ddp, x, y)
+    synced, loss, backward_comm, seen_in_backward = ddp_gradient(ddp, x, y, watched)
 
     # 3) 옵티마이저 스텝: w ← w − η g (통신 없음)
     optimizer = make_optimizer("sgd", ddp.parameters(), lr=lr, momentum=0.0)

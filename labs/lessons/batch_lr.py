@@ -1,7 +1,7 @@
 """Chapter 4 lab: global batch B = b·N·K and the learning rate η when the rank count N changes.
 
 Chapter 6's own training task (8×8 digits, the same MLP, data split and ``DistributedSampler``
-loaders as ``labs/train_script.py``), trained with plain SGD for the same number of epochs in
+loaders as ``labs/ddp/train_script.py``), trained with plain SGD for the same number of epochs in
 three regimes on every rank under DDP (K = 1, no accumulation):
 
 * ``fixed_global``: the global batch stays B, each rank takes b = B/N, learning rate η;
@@ -32,7 +32,7 @@ from ..params import Choice, Float, Int, seed
 from ..primitives import make_optimizer, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_close, check_equal, not_applicable
-from ..train_script import TrainConfig, load_digits_split, make_ddp_model, make_loader, make_model, train_one_epoch
+from ..ddp.train_script import TrainConfig, load_digits_split, make_ddp_model, make_loader, make_model, train_one_epoch
 
 REGIMES = ("fixed_global", "fixed_per_rank", "linear_scaled")
 GRAD_REDUCE = ("mean", "sum")

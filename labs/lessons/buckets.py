@@ -17,18 +17,16 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
 
 from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
+from ..ddp.buckets import MIB, ddp_bucket_caps, group_by_size
 from ..models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
 from ..result import Summary, check_equal, check_true, not_applicable
+from ..timeline import Timeline
 
-MIB = 1024 * 1024
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
 
 
@@ -43,66 +41,8 @@ def ddp_kwargs(cap: str) -> dict:
 
 
 def bucket_limits(cap: str) -> tuple[int, int]:
-    """(first bucket, other buckets) byte limits that DDP gives the reducer for ``cap``.
-
-    Only when ``bucket_cap_mb`` is left unset does the first bucket get the smaller
-    ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB); an explicit cap applies to every bucket.
-    """
-    if cap == DEFAULT:
-        return dist._DEFAULT_FIRST_BUCKET_BYTES, _DEFAULT_BUCKET_CAP_MB * MIB
-    limit = int(float(cap) * MIB)
-    return limit, limit
-
-
-def predict_buckets(sizes: list[int], first_limit: int, limit: int) -> list[list[int]]:
-    """Group gradient sizes (bytes, in the order they become ready) into buckets.
-
-    A bucket closes as soon as its size reaches its limit; the first bucket uses
-    ``first_limit``, every later one ``limit`` (the rule of reducer.cpp).
-    """
-    buckets, current, total, cap = [], [], 0, first_limit
-    for index, size in enumerate(sizes):
-        current.append(index)
-        total += size
-        if total >= cap:
-            buckets.append(current)
-            current, total, cap = [], 0, limit
-    return buckets + ([current] if current else [])
-
-
-class Timeline:
-    """Timestamps of one backward: gradients ready per parameter, All-Reduce launch/finish per bucket."""
-
-    def __init__(self, params: list[nn.Parameter]):
-        self.start = 0.0
-        self.ready: dict[int, float] = {}
-        self.launched: list[dict] = []
-        self.order: list[int] = []
-        self.index = {id(p): i for i, p in enumerate(params)}
-        for index, p in enumerate(params):
-            p.register_post_accumulate_grad_hook(lambda _, i=index: self._ready(i))
-
-    def reset(self) -> None:
-        self.start = time.perf_counter()
-        self.ready, self.launched, self.order = {}, [], []
-
-    def _ready(self, index: int) -> None:
-        self.ready[index] = time.perf_counter() - self.start
-        self.order.append(index)
-
-    def comm_hook(self, state, bucket):  # (no annotations: DDP checks them, and this module postpones them)
-        """A DDP communication hook: ``hook(state, dist.GradBucket) -> Future[Tensor]``."""
-        # DDP의 기본 동작(allreduce_hook: 나누기 N 후 All-Reduce 합)을 그대로 쓰고, 시작·끝 시각만 적는다.
-        record = {"bucket": bucket.index(), "launch": time.perf_counter() - self.start,
-                  "bytes": bucket.buffer().numel() * bucket.buffer().element_size(),
-                  "params": sorted(self.index[id(p)] for p in bucket.parameters())}
-        self.launched.append(record)
-
-        def finished(fut):
-            record["done"] = time.perf_counter() - self.start
-            return fut.value()
-
-        return allreduce_hook(state, bucket).then(finished)
+    """:func:`labs.ddp.buckets.ddp_bucket_caps` for a cap label (``default``: ``bucket_cap_mb`` unset)."""
+    return ddp_bucket_caps(None if cap == DEFAULT else float(cap))
 
 
 def _batch(ctx: RankContext, width: int, batch: int, seed: int) -> torch.Tensor:
@@ -165,7 +105,8 @@ def rank_fn(ctx: RankContext, caps_mb: str, width: int, depth: int, batch: int, 
 
 
 def predicted_counts(param_bytes: list[int], order: list[int], cap: str) -> int:
-    return len(predict_buckets([param_bytes[i] for i in order], *bucket_limits(cap)))
+    first, limit = bucket_limits(cap)
+    return len(group_by_size([param_bytes[i] for i in order], limit, first, nbytes=int))
 
 
 def launched_before_backward_end(timeline: dict) -> bool:

@@ -28,7 +28,7 @@ from ..params import Int, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
-from .buckets import MIB, bucket_limits, predict_buckets
+from ..ddp.buckets import MIB, ddp_bucket_caps, group_by_size
 
 WIDTH, BATCH, STEPS, LR = 256, 8, 3, 0.05  # 스텝 1에서 DDP가 버킷을 다시 짜므로 마지막 스텝의 역전파를 센다
 CAPS_MB = (1.0, 2.0)
@@ -109,8 +109,14 @@ def predicted_pieces(depth: int, cap_mb: float) -> list[list[int]]:
     ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (Dynamo passes only ``bucket_bytes_cap``), the others at the cap.
     Each piece as the sorted indices of its parameters (weight 2i, bias 2i+1 of layer i)."""
     layer_bytes = (WIDTH * WIDTH + WIDTH) * 4
-    pieces = predict_buckets([layer_bytes] * depth, dist._DEFAULT_FIRST_BUCKET_BYTES, int(cap_mb * MIB))
+    pieces = group_by_size([layer_bytes] * depth, int(cap_mb * MIB), dist._DEFAULT_FIRST_BUCKET_BYTES, nbytes=int)
     return [sorted(2 * (depth - 1 - k) + j for k in piece for j in (0, 1)) for piece in pieces]
+
+
+def ddp_bucket_count(arrival: list[int], param_bytes: list[int], cap_mb: float) -> int:
+    """How many buckets DDP's rule makes of the parameters in the order their gradients arrived."""
+    first, cap = ddp_bucket_caps(cap_mb)
+    return len(group_by_size([param_bytes[i] for i in arrival], cap, first, nbytes=int))
 
 
 def arrival_by_piece(arrival: list[int], pieces: list[list[int]]) -> list[list[int]]:
@@ -134,8 +140,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n_elements = depth * (WIDTH * WIDTH + WIDTH)
     param_bytes = [WIDTH * WIDTH * 4, WIDTH * 4] * depth  # weight, bias 순서(model.parameters())
     measured = {f"{c} {m}": sorted({len(r["runs"][c][m]["allreduce"]) for r in ranks}) for c in caps for m in MODES}
-    predicted = {f"{c} {m}": sorted({len(predict_buckets([param_bytes[i] for i in r["runs"][c][m]["arrival"]],
-                                                         *bucket_limits(c))) for r in ranks})
+    predicted = {f"{c} {m}": sorted({ddp_bucket_count(r["runs"][c][m]["arrival"], param_bytes, float(c)) for r in ranks})
                  for c in caps for m in MODES}
     diff = max(max_abs_diff(r["runs"][c]["compiled"]["params"], r["runs"][c]["eager"]["params"]) for r in ranks
                for c in caps)

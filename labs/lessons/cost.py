@@ -8,7 +8,7 @@ rank measures, in that group,
 2. ``dist.all_reduce`` over message sizes, reported like NVIDIA's nccl-tests: time (median of
    repeats after warm-up, each repeat the slowest rank's), ``algbw = S/t`` and
    ``busbw = algbw · 2(N-1)/N``; interleaved with it, chapter 4's ring and the pipelined ring of
-   :mod:`labs.ring` on the same sizes, as paired busbw ratios; and one pipelined All-Reduce with
+   :mod:`labs.ddp.ring` on the same sizes, as paired busbw ratios; and one pipelined All-Reduce with
    every segment's wait and add timed (with one segment per chunk, and with many);
 3. one training step of a fixed model (3 MiB of float32 parameters): no communication, a
    manual ``all_reduce`` of every gradient after backward (one call per parameter), and DDP
@@ -37,7 +37,7 @@ from ..models import count_parameters, layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..primitives import sync
 from ..registry import Lab
-from ..ring import SEGMENT_BYTES, P2P, pipelined_ring_all_reduce_, ring_all_reduce_
+from ..ddp.ring import SEGMENT_BYTES, P2P, pipelined_ring_all_reduce_, ring_all_reduce_
 from ..timing import paired_ratio, slowest, time_calls
 from ..result import (Check, LabResult, Summary, check_at_least, check_at_most, check_close, check_equal, check_true,
                       not_applicable)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch import nn
 
 from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
@@ -41,20 +42,16 @@ def validate(params: dict, world_size: int) -> None:
             f"받은 값: {params['global_batch']}. 예: global_batch={world_size * max(1, params['global_batch'] // world_size)}")
 
 
-def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: int, grad_reduce: str) -> dict:
-    n = ctx.world_size
-    b = global_batch // n
-    torch.manual_seed(seed)
-    local = tiny_mlp().to(ctx.device)  # 한 프로세스가 전역 배치 B개로 학습하는 기준 모델
-    ddp = wrap_ddp(copy.deepcopy(local), ctx.device)  # 같은 초기값의 DDP 모델: 이 랭크는 B/N개만 본다
+def train_both(ctx: RankContext, local: nn.Module, ddp: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
+               lr: float, seed: int, scale: float) -> tuple[list, list, list]:
+    """Each step, ``local`` learns from the whole global batch and ``ddp`` from this rank's B/N of it; the largest
+    gradient and parameter differences after every step, and every step's permutation of the batch."""
+    b = len(x) // ctx.world_size
     opt_local = torch.optim.SGD(local.parameters(), lr=lr)
     opt_ddp = torch.optim.SGD(ddp.parameters(), lr=lr)
-    x, y = synthetic_regression(global_batch, seed=seed)
-    x, y = x.to(ctx.device), y.to(ctx.device)
-    scale = float(n) if grad_reduce == "sum" else 1.0
     diffs, grad_diffs, perms = [], [], []
     for step in range(steps):
-        perm = step_permutation(global_batch, seed, step)
+        perm = step_permutation(len(x), seed, step)
         xs, ys = x[perm.to(ctx.device)], y[perm.to(ctx.device)]
         mine = slice(ctx.rank * b, (ctx.rank + 1) * b)
         mse_backward(local, xs, ys)  # 전역 배치 전체의 평균 손실
@@ -65,6 +62,16 @@ def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: in
             opt.zero_grad()
         diffs.append(max_abs_diff(list(local.parameters()), list(ddp.module.parameters())))
         perms.append(perm.tolist())
+    return diffs, grad_diffs, perms
+
+
+def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: int, grad_reduce: str) -> dict:
+    torch.manual_seed(seed)
+    local = tiny_mlp().to(ctx.device)  # 한 프로세스가 전역 배치 B개로 학습하는 기준 모델
+    ddp = wrap_ddp(copy.deepcopy(local), ctx.device)  # 같은 초기값의 DDP 모델: 이 랭크는 B/N개만 본다
+    x, y = (t.to(ctx.device) for t in synthetic_regression(global_batch, seed=seed))
+    scale = float(ctx.world_size) if grad_reduce == "sum" else 1.0
+    diffs, grad_diffs, perms = train_both(ctx, local, ddp, x, y, steps, lr, seed, scale)
     return {
         **ctx.describe(),
         "param_diff": diffs,

@@ -59,18 +59,9 @@ def _rebuilt(ddp: nn.Module) -> bool:
     return bool(getattr(ddp, "_has_rebuilt_buckets", False))
 
 
-def train_variant(ctx: RankContext, model: nn.Module, data: tuple, per_rank_batch: int, iterations: int,
-                  lr: float, **ddp_kwargs) -> dict:
-    """Train ``iterations`` steps under DDP; record each forward's and backward's collectives."""
-    bn = _batchnorm(model)
-    if bn is not None:  # 랭크마다 다른 버퍼로 시작: DDP 생성자의 초기 동기화가 보이도록
-        bn.running_mean.fill_(ctx.rank + 1.0)
-    ddp = wrap_ddp(model, ctx.device, **ddp_kwargs)
-    optimizer = make_optimizer("sgd", ddp.parameters(), lr=lr, momentum=0.0)
-    record = {"forward": [], "backward": [], "forward_items": [], "backward_items": [],
-              "losses": [], "global_losses": [], "rebuilt": [], "bn_entry_mean": []}
-    if bn is not None:  # BatchNorm에 들어가는 순간(= DDP의 버퍼 브로드캐스트 직후)의 running_mean
-        bn.register_forward_pre_hook(lambda m, _: record["bn_entry_mean"].append(m.running_mean.tolist()))
+def train_loop(ctx: RankContext, ddp: nn.Module, optimizer: torch.optim.Optimizer, data: tuple, per_rank_batch: int,
+               iterations: int, record: dict, bn: nn.Module | None) -> dict:
+    """``iterations`` DDP steps; each forward's and backward's collectives go to ``record``."""
     for step in range(iterations):
         x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch, step))
         if bn is None:  # 비교용: 같은 파라미터로 전역 배치 B개 전체의 손실 (DDP를 거치지 않음)
@@ -90,6 +81,21 @@ def train_variant(ctx: RankContext, model: nn.Module, data: tuple, per_rank_batc
             record[phase].append(counter.as_dict())
             record[f"{phase}_items"].append(counter.items)
     return record
+
+
+def train_variant(ctx: RankContext, model: nn.Module, data: tuple, per_rank_batch: int, iterations: int,
+                  lr: float, **ddp_kwargs) -> dict:
+    """Train ``iterations`` steps under DDP; record each forward's and backward's collectives."""
+    bn = _batchnorm(model)
+    if bn is not None:  # 랭크마다 다른 버퍼로 시작: DDP 생성자의 초기 동기화가 보이도록
+        bn.running_mean.fill_(ctx.rank + 1.0)
+    ddp = wrap_ddp(model, ctx.device, **ddp_kwargs)
+    optimizer = make_optimizer("sgd", ddp.parameters(), lr=lr, momentum=0.0)
+    record = {"forward": [], "backward": [], "forward_items": [], "backward_items": [],
+              "losses": [], "global_losses": [], "rebuilt": [], "bn_entry_mean": []}
+    if bn is not None:  # BatchNorm에 들어가는 순간(= DDP의 버퍼 브로드캐스트 직후)의 running_mean
+        bn.register_forward_pre_hook(lambda m, _: record["bn_entry_mean"].append(m.running_mean.tolist()))
+    return train_loop(ctx, ddp, optimizer, data, per_rank_batch, iterations, record, bn)
 
 
 def wide_model(width: int = 256, layers: int = 12) -> nn.Module:

@@ -20,7 +20,7 @@ from ..registry import Lab
 
 __all__ = ["CHECKS", "LAB", "REFERENCE", "TOLERANCE"]
 
-REFERENCE = Path(__file__).resolve().parents[1] / "miniddp.py"
+REFERENCE = Path(__file__).resolve().parents[1] / "ddp" / "miniddp.py"
 
 
 def validate(params: dict, world_size: int) -> None:
@@ -46,7 +46,7 @@ LAB = Lab(
     chapter=9,
     default_nproc=2,
     validate=validate,
-    params={"path": InputFile("", help="채점할 파이썬 파일 (비우면 참조 구현 labs/miniddp.py)"),
+    params={"path": InputFile("", help="채점할 파이썬 파일 (비우면 참조 구현 labs/ddp/miniddp.py)"),
             "classes": Text("BucketedDDP", allow_empty=False, help="채점할 클래스 이름(여러 개면 공백으로 구분)"),
             "trace_dir": Folder("", help="랭크가 불러오기 단계와 멈춘 곳을 적는 폴더 (labs.grade가 임시 폴더를 준다)"),
             "bucket_cap_mb": Float(0.008, min=0.0, max=1024.0, min_open=True, help="버킷 클래스에 줄 bucket_cap_mb"),

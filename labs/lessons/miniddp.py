@@ -1,6 +1,6 @@
 """Chapter 9 lab: the staircase of a from-scratch DDP, each step measured on real ranks.
 
-Steps (:mod:`labs.miniddp`): 0 one process on the global batch, 1 naive (one All-Reduce per
+Steps (:mod:`labs.ddp.miniddp`): 0 one process on the global batch, 1 naive (one All-Reduce per
 gradient after backward), 2 flat (one All-Reduce of one buffer), 3 overlap (async per-parameter
 All-Reduce from a hook), 4 buckets; plus torch's DDP with the same cap, and the forward-order
 buckets of the bug gallery (same results, lost overlap). For each: All-Reduce calls per
@@ -22,16 +22,17 @@ from torch import nn
 
 from ..comms import CollectiveCounter
 from ..context import RankContext
-from ..miniddp import MIB, STEPS, group_by_size
-from ..miniddp_bugs import ForwardOrderBuckets
+from ..ddp.buckets import MIB, group_by_size
+from ..ddp.miniddp import STEPS
+from ..ddp.bugs import ForwardOrderBuckets
 from ..miniddp_trace import AllReduceTrace
-from ..models import mse_backward, rank_batch, wrap_ddp
+from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..params import Bool, Float, Int, seed
 from ..primitives import max_abs_diff, sync
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_equal, not_applicable
+from ..timeline import Timeline
 from ..timing import paired_ratio, slowest, time_calls
-from .buckets import Timeline, layer_stack
 
 VARIANTS = ("single", "naive", "flat", "overlap", "buckets", "forward", "ddp")
 OURS = ("naive", "flat", "overlap", "buckets", "forward")

@@ -36,31 +36,39 @@ def sampler_shards(dataset_size: int, world_size: int, seed: int = 0, epoch: int
     return shards
 
 
-def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, extra_samples: int, seed_base: int,
-            sampler_seed: int) -> dict:
+def replicate(ctx: RankContext, seed_base: int) -> tuple[DDP, torch.Tensor, str]:
+    """A model built from a different seed on every rank, then wrapped in DDP; its parameters before wrapping."""
     # 1) 랭크마다 일부러 다른 시드로 모델을 만든다: 이 시점의 복제본은 서로 다르다.
     torch.manual_seed(seed_base + ctx.rank)
     model = tiny_mlp().to(ctx.device)
-    before = flat_parameters(model)
-    fingerprint_before = fingerprint(model)
+    before, fingerprint_before = flat_parameters(model), fingerprint(model)
 
     # 2) DDP로 감싸면 생성자가 랭크 0의 파라미터를 모든 랭크에 브로드캐스트한다.
-    ddp_model = DDP(model, device_ids=device_ids(ctx.device))
-    after = flat_parameters(ddp_model.module)
+    return DDP(model, device_ids=device_ids(ctx.device)), before, fingerprint_before
 
+
+def rank_loader(ctx: RankContext, dataset, per_rank_batch: int,
+                sampler_seed: int) -> tuple[DistributedSampler, DataLoader]:
+    """This rank's shard of ``dataset`` and the loader that cuts it into mini-batches of B/N."""
     # 3) DistributedSampler: 데이터셋 인덱스를 섞어 N개 샤드로 나누고, 각 랭크가 B/N씩 미니배치를 만든다.
-    dataset = range(ctx.world_size * per_rank_batch * steps + extra_samples)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=sampler_seed)
     sampler.set_epoch(0)
-    loader = DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler)
+    return sampler, DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler)
 
+
+def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, extra_samples: int, seed_base: int,
+            sampler_seed: int) -> dict:
+    ddp_model, before, fingerprint_before = replicate(ctx, seed_base)
+    after = flat_parameters(ddp_model.module)
+    dataset = range(ctx.world_size * per_rank_batch * steps + extra_samples)
+    sampler, loader = rank_loader(ctx, dataset, per_rank_batch, sampler_seed)
     dropping = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                   shuffle=True, seed=sampler_seed, drop_last=True)
     dropping.set_epoch(0)
     return {
         **ctx.describe(),
-        "n_params": count_parameters(model),
+        "n_params": count_parameters(ddp_model.module),
         "params_before": before.tolist(),
         "params_after": after.tolist(),
         "checksum_before": float(before.sum()),

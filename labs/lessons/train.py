@@ -1,6 +1,6 @@
 """Chapter 6 lab: the real training script on N ranks equals one process on the full batch.
 
-Every rank runs ``labs.train_script.train`` — the same function ``torchrun labs/train_script.py``
+Every rank runs ``labs.ddp.train_script.train`` — the same function ``torchrun labs/ddp/train_script.py``
 runs. Rank 0 then trains a local reference copy in one process on the *global* batch of every
 step (the N ranks' mini-batches side by side, as PyTorch's own DDP tests do), so the lab can
 compare final parameters, loss curves and test accuracy. Each rank also records the order its
@@ -8,7 +8,7 @@ compare final parameters, loss curves and test accuracy. Each rank also records 
 
 With ``ckpt_dir`` the run checkpoints every epoch and resumes from the last checkpoint (of the same
 configuration: another one is refused before spawning unless ``fresh``, see
-:func:`labs.train_script.checkpoint_folder`); with
+:func:`labs.ddp.train_script.checkpoint_folder`); with
 ``fail_at_epoch`` the last rank dies midway through that epoch. :func:`compare_runs` checks
 that a resumed run ends where an uninterrupted one does: bit for bit with N ≤ 2 ranks, within
 the float32 tolerance with more (see :func:`resume_tolerance`).
@@ -35,7 +35,7 @@ from ..params import Bool, Float, Folder, Int, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal, not_applicable
-from ..train_script import (CHECKPOINT_NAME, TrainConfig, checkpoint_folder, count_correct, evaluate,
+from ..ddp.train_script import (CHECKPOINT_NAME, TrainConfig, checkpoint_folder, count_correct, evaluate,
                             folder_conflict, global_mean, load_digits_split, make_ddp_model, make_loader, make_model,
                             per_rank_batch, run_summary, save_checkpoint, sgd, train, train_one_epoch)
 
@@ -253,7 +253,7 @@ def resume_tolerance(world_size: int, params: list[float]) -> tuple[float, float
 def compare_runs(resumed: dict, uninterrupted: dict, fail_at_epoch: int, backend: str) -> LabResult:
     """Checks that a run resumed from a checkpoint ends where an uninterrupted one does.
 
-    Both arguments are :func:`labs.train_script.run_summary` dicts (``result.data["summary"]`` of
+    Both arguments are :func:`labs.ddp.train_script.run_summary` dicts (``result.data["summary"]`` of
     the lab, or the ``RESULT`` line the script prints under torchrun).
     """
     n = resumed["world_size"]

@@ -1,26 +1,19 @@
 """Chapter 10 lab: DDP broken on purpose, on real ranks, and fixed.
 
-One lab, ``traps``, with a ``trap`` (which mistake) and a ``variant`` (``bug`` or ``fix``). Each
-trap is a small rank function whose lines are the ones the chapter shows, and a summary whose
-checks assert the symptom (for ``bug``) or the repair (for ``fix``), so the book fails if PyTorch
-changes behaviour. A bug that hangs or raises never returns records: :func:`observe` runs the
-lab, catches the launcher's :class:`~labs.errors.LabTimeoutError` or
-:class:`~labs.errors.RankFailedError` and turns what really happened (the rank's exception text,
-each rank's position at the deadline) into checks of the same kind.
+One lab, ``traps``, with a ``trap`` (which mistake) and a ``variant`` (``bug`` or ``fix``). The lines the
+chapter shows are bug/fix pairs of functions in :mod:`labs.ddp.traps`; each trap here is a rank function
+that runs one of the pair, and a summary whose checks assert the symptom (for ``bug``) or the repair (for
+``fix``), so the book fails if PyTorch changes behaviour. A bug that hangs or raises never returns records:
+:func:`observe` runs it through :mod:`labs.outcome` and turns what really happened (the rank's exception
+text, each rank's position at the deadline) into checks of the same kind.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
-from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -30,8 +23,13 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..comms import CollectiveCounter
 from ..context import RankContext, resolve_backend
-from ..errors import LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
+from ..ddp.traps import (TwoHeads, epoch_orders_bug, epoch_orders_fix, eval_rank0_bug, eval_rank0_fix,
+                         learning_rate_bug, learning_rate_fix, log_loss_bug, log_loss_fix, micro_step_bug,
+                         micro_step_fix, seeded_model_bug, seeded_model_fix, shape_model_bug, shape_model_fix)
+from ..errors import LabConfigError
+from ..launch import run
 from ..models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..outcome import observe as outcome_of, observe_isolated as outcomes_isolated, stderr_to
 from ..params import Choice, Float, Folder, Int, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
@@ -68,18 +66,6 @@ def _gathered_equal(ranks: list[dict], key: str) -> float:
 
 
 # ----------------------------------------------------------------------------- 1. no_sync
-
-def micro_step_bug(ddp, x, y, k: int, last: bool) -> None:
-    loss = _loss(ddp, x, y) / k                  # 순전파가 no_sync() 밖에 있다
-    with nullcontext() if last else ddp.no_sync():
-        loss.backward()                           # 역전파만 no_sync() 안에
-
-
-def micro_step_fix(ddp, x, y, k: int, last: bool) -> None:
-    with nullcontext() if last else ddp.no_sync():
-        loss = _loss(ddp, x, y) / k              # 순전파도 no_sync() 안에
-        loss.backward()
-
 
 def no_sync_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     k, b = p["micro_steps"], p["per_rank_batch"]
@@ -125,19 +111,6 @@ def no_sync_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 
 # ----------------------------------------------------------------------------- 2. unused parameter
-
-class TwoHeads(nn.Module):
-    """A body and two heads; ``forward`` uses only ``head`` (``aux_head`` never gets a gradient)."""
-
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
-        self.head = nn.Linear(8, 2)
-        self.aux_head = nn.Linear(8, 2)  # 쓰지 않는 파라미터
-
-    def forward(self, x):
-        return self.head(self.body(x))
-
 
 def train_steps(ddp, optimizer, batches) -> list[dict]:
     """Plain training steps; per step the loss and the collectives the step issued."""
@@ -229,15 +202,6 @@ def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 3. evaluation on rank 0 only
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        loss = float(_loss(model, x, y))
-    model.train(was_training)  # 평가가 끝나면 학습 모드로 되돌린다
-    return loss
-
-
 def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     batches = _batches(ctx, p, p["steps"])
     xv, yv = (t.to(ctx.device) for t in synthetic_regression(8 * ctx.world_size, seed=p["seed"] + 1))
@@ -245,16 +209,10 @@ def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     ddp = wrap_ddp(bn_mlp(), ctx.device)  # BatchNorm: 버퍼(running mean/var)가 있는 모델
     train_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=p["lr"]), batches)
     if variant == "bug":
-        if ctx.rank == 0:
-            evaluate(ddp, xv, yv)         # 버그: DDP 래퍼로, 랭크 0에서만 평가
-        dist.barrier()                    # 예: 체크포인트를 저장하기 전에 모두 기다린다
+        eval_rank0_bug(ctx, ddp, xv, yv)
         return {}
-    module_loss = evaluate(ddp.module, xv, yv) if ctx.rank == 0 else None   # 고침 1: 감싸지 않은 모델
-    xs, ys = rank_batch(xv, yv, ctx.rank, ctx.world_size, 8)                 # 고침 2: 모든 랭크가 제 몫을 평가
-    total = torch.tensor([evaluate(ddp, xs, ys) * len(xs), len(xs)], dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(total)
-    dist.barrier()
-    return {"module_loss": module_loss, "all_ranks_loss": float(total[0] / total[1]),
+    module_loss, all_ranks_loss = eval_rank0_fix(ctx, ddp, xv, yv)
+    return {"module_loss": module_loss, "all_ranks_loss": all_ranks_loss,
             "params": flat_parameters(ddp.module).tolist()}
 
 
@@ -271,20 +229,12 @@ def eval_rank0_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 4. sampler.set_epoch
 
-def epoch_orders(ctx: RankContext, variant: str, p: dict) -> list[list[int]]:
+def set_epoch_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     dataset = TensorDataset(torch.arange(p["samples"]))
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=p["seed"])
     loader = DataLoader(dataset, batch_size=p["per_rank_batch"], sampler=sampler)
-    orders = []
-    for epoch in range(p["epochs"]):
-        if variant == "fix":
-            sampler.set_epoch(epoch)      # 고침: 에폭마다 섞는 시드를 바꾼다
-        orders.append([int(i) for (batch,) in loader for i in batch])
-    return orders
-
-
-def set_epoch_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    return {"orders": epoch_orders(ctx, variant, p)}
+    epoch_orders = epoch_orders_bug if variant == "bug" else epoch_orders_fix
+    return {"orders": epoch_orders(sampler, loader, p["epochs"])}
 
 
 def set_epoch_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
@@ -311,20 +261,6 @@ def set_epoch_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 
 # ----------------------------------------------------------------------------- 5. a collective only rank 0 calls
-
-def log_loss_bug(ctx: RankContext, loss: float) -> float | None:
-    total = torch.tensor([loss, 1.0], device=ctx.device)
-    if ctx.rank == 0:
-        dist.all_reduce(total)            # 버그: 랭크 0만 집합 통신을 부른다
-        return float(total[0] / total[1])
-    return None
-
-
-def log_loss_fix(ctx: RankContext, loss: float) -> float | None:
-    total = torch.tensor([loss, 1.0], device=ctx.device)
-    dist.all_reduce(total)                # 고침: 모든 랭크가 부르고, 출력만 랭크 0이 한다
-    return float(total[0] / total[1]) if ctx.rank == 0 else None
-
 
 def average_gradients(model: nn.Module, world_size: int) -> None:
     """Chapter 4's step by hand: every rank all-reduces each gradient and divides by N."""
@@ -366,9 +302,7 @@ def partial_collective_summary(ranks: list[dict], variant: str, p: dict) -> Summ
 # ----------------------------------------------------------------------------- 6. different models across ranks
 
 def shape_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    hidden = 8 + ctx.rank if variant == "bug" else 8    # 버그: 랭크마다 다른 은닉층 크기
-    torch.manual_seed(p["seed"] + ctx.rank)               # 초기값은 일부러 랭크마다 다르게
-    model = tiny_mlp(hidden=hidden)
+    model = (shape_model_bug if variant == "bug" else shape_model_fix)(ctx, p["seed"])
     before = flat_parameters(model).tolist()
     ddp = wrap_ddp(model, ctx.device)                      # 생성자가 모양을 맞춰 보고, 랭크 0의 값을 브로드캐스트한다
     return {"before": before, "after": flat_parameters(ddp.module).tolist()}
@@ -388,21 +322,12 @@ def shape_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 7. more ranks, same lr
 
-def learning_rate(variant: str, base_lr: float, world_size: int, step: int, warmup_steps: int) -> float:
-    if variant == "bug":
-        return base_lr                                    # 버그: 랭크 수를 바꿔도 η 그대로
-    target = base_lr * world_size                         # 고침: 선형 스케일링 Nη
-    if step < warmup_steps:                               # + 워밍업: η에서 Nη까지 선형으로
-        return base_lr + (target - base_lr) * (step + 1) / warmup_steps
-    return target
-
-
 def _full_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     with torch.no_grad():
         return float(_loss(model, x, y))
 
 
-def _train_epochs(model, x, y, p: dict, world_size: int, rank: int, variant: str) -> list[float]:
+def _train_epochs(model, x, y, p: dict, world_size: int, rank: int, learning_rate) -> list[float]:
     """SGD over ``epochs`` passes of a per-epoch shuffle shared by all ranks; full-data loss after each epoch."""
     b, step, curve = p["per_rank_batch"], 0, [_full_loss(model, x, y)]
     optimizer = torch.optim.SGD(model.parameters(), lr=p["lr"])
@@ -411,7 +336,7 @@ def _train_epochs(model, x, y, p: dict, world_size: int, rank: int, variant: str
         xe, ye = x[order], y[order]
         for s in range(len(x) // (b * world_size)):
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(variant, p["lr"], world_size, step, p["warmup_steps"])
+                group["lr"] = learning_rate(p["lr"], world_size, step, p["warmup_steps"])
             xb, yb = rank_batch(xe, ye, rank, world_size, b, s)
             optimizer.zero_grad()
             _loss(model, xb, yb).backward()
@@ -429,9 +354,10 @@ def lr_scaling_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     if ctx.rank == 0:  # 기준: 한 프로세스, 배치 b, 학습률 η (다른 랭크를 기다리지 않는다)
         single = tiny_mlp()
         single.load_state_dict(model.state_dict())
-        baseline = _train_epochs(single, x, y, p, 1, 0, "bug")
+        baseline = _train_epochs(single, x, y, p, 1, 0, learning_rate_bug)
     ddp = wrap_ddp(model, ctx.device)
-    curve = _train_epochs(ddp, x.to(ctx.device), y.to(ctx.device), p, ctx.world_size, ctx.rank, variant)
+    learning_rate = learning_rate_bug if variant == "bug" else learning_rate_fix
+    curve = _train_epochs(ddp, x.to(ctx.device), y.to(ctx.device), p, ctx.world_size, ctx.rank, learning_rate)
     return {"curve": curve, "baseline": baseline, "params": flat_parameters(model).tolist()}
 
 
@@ -461,28 +387,10 @@ def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 8. the same seed for data randomness
 
-class DropoutMLP(nn.Module):
-    """Dropout on the inputs, then the perceptron; the last dropout mask is kept for inspection."""
-
-    def __init__(self, in_features: int):
-        super().__init__()
-        self.dropout = nn.Dropout(0.5)
-        self.net = tiny_mlp(in_features=in_features)
-        self.last_mask = None
-
-    def forward(self, x):
-        dropped = self.dropout(x)
-        self.last_mask = (dropped != 0).to(torch.uint8)
-        return self.net(dropped)
-
-
 def seed_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     x, y = synthetic_regression(ctx.world_size * p["steps"] * p["per_rank_batch"], in_features=16, seed=p["seed"])
-    torch.manual_seed(p["seed"])                          # 모델 초기화: 모든 랭크가 같은 시드
-    model = DropoutMLP(16)
+    model = (seeded_model_fix if variant == "fix" else seeded_model_bug)(ctx, p["seed"])
     init = flat_parameters(model).tolist()
-    if variant == "fix":
-        torch.manual_seed(p["seed"] + 1 + ctx.rank)       # 고침: 데이터 쪽 난수는 랭크마다 다른 시드
     ddp = wrap_ddp(model, ctx.device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
     masks, noises = [], []
@@ -539,14 +447,8 @@ SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0":
 
 def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **p) -> dict:
     if stderr_dir:  # C++ 쪽(gloo)이 프로세스를 끝내기 직전에 쓰는 문장을 observe()가 읽을 수 있게
-        _stderr_to(Path(stderr_dir) / f"rank{ctx.rank}.txt")
+        stderr_to(Path(stderr_dir) / f"rank{ctx.rank}.txt")
     return {"trap": trap, "variant": variant, "measured": RANK_FNS[trap](ctx, variant, p)}
-
-
-def _stderr_to(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -609,16 +511,6 @@ LAB = Lab(
 
 # ----------------------------------------------------------------------------- observing a bug that never returns
 
-def exception_message(traceback_text: str) -> str:
-    """The exception's own message from a rank's traceback: from the last ``SomeError:`` line to the end."""
-    lines = traceback_text.rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        head = lines[i].split(":", 1)[0]
-        if not lines[i].startswith(" ") and head.endswith(("Error", "Exception")):
-            return "\n".join(lines[i:]).split(": ", 1)[1] if ": " in lines[i] else lines[i]
-    return lines[-1] if lines else ""
-
-
 def _reading_order(message: str, raising_rank) -> bool:
     """The DETAIL message names the raising rank's fingerprint, then another rank's, then what differs."""
     ranks = [int(r) for r in FINGERPRINT_RANK.findall(message)]
@@ -658,57 +550,13 @@ def outcome_checks(trap: str, outcome: dict, backend: str) -> list:
 
 def observe(trap: str, variant: str, nproc: int = 2, *, timeout: float = HANG_TIMEOUT, **params) -> LabResult:
     """Run one trap here; a bug that hangs, raises or kills a rank is recorded as a result whose checks assert it."""
-    from .. import replay
-    from ..launch import run
-
     expected = EXPECTED.get((trap, variant), "ok")
     if expected == "ok":
         return run("traps", nproc=nproc, trap=trap, variant=variant, **params)
-    # 어떻게 끝났는지(멈춤, 예외, 비정상 종료와 표준 오류)가 이 실행의 기록이다: make book이 기록하고 make test가
-    # 다시 쓴다(labs/replay.py). 확인은 다시 쓸 때도 지금 코드의 outcome_checks가 한다
-    debug = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
-    key = {"trap": trap, "variant": variant, "debug": debug, **params}
-    backend = resolve_backend("auto", nproc)
-    recorded = replay.load("traps-outcome", nproc, backend, key, timeout, check=_check_recorded_outcome)
-    if recorded is not None:
-        return outcome_result(trap, variant, nproc, recorded["outcome"], {"trap": trap, "variant": variant, **params})
-    started = time.perf_counter()
-    stderr_dir = tempfile.TemporaryDirectory(prefix="ddp-traps-stderr-")
-    try:
-        run("traps", nproc=nproc, timeout=timeout if expected == "hang" else 120.0,
-            trap=trap, variant=variant, stderr_dir=stderr_dir.name, **params)
-    except LabTimeoutError as err:
-        outcome = {"kind": "hang", "message": str(err), "where": dict(err.where)}
-    except RankFailedError as err:
-        outcome = {"kind": "error", "rank": err.rank, "message": exception_message(err.traceback_text)}
-    except RankCrashedError as err:
-        outcome = {"kind": "crash", "rank": err.rank, "exitcode": err.exitcode, "message": str(err)}
-    else:
-        outcome = {"kind": "ok"}
-    outcome["elapsed"] = time.perf_counter() - started
-    outcome["stderr"] = _rank_stderr(Path(stderr_dir.name))
-    stderr_dir.cleanup()
-    outcome["debug"] = debug
-    replay.save("traps-outcome", nproc, backend, key, timeout, {"outcome": outcome})
+    # 어떻게 끝났는지가 이 실행의 기록이다(labs/outcome.py): 확인은 다시 쓸 때도 지금 코드의 outcome_checks가 한다
+    outcome = outcome_of("traps", nproc, {"trap": trap, "variant": variant, **params},
+                         timeout if expected == "hang" else 120.0)
     return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
-
-
-def _check_recorded_outcome(recorded) -> None:
-    """What :func:`observe` records: ``{"outcome": {"kind": ..., ...}}`` (labs/replay.py skips anything else)."""
-    from .. import replay
-
-    outcome = recorded.get("outcome") if isinstance(recorded, dict) else None
-    if not (isinstance(outcome, dict) and outcome.get("kind") in ("ok", "hang", "error", "crash")
-            and isinstance(outcome.get("stderr"), str)):
-        raise replay.InvalidRecord("함정의 결과(종류·표준 오류)가 아님")
-
-
-def _rank_stderr(folder: Path) -> str:
-    """What the ranks wrote to standard error, warnings left out, rank by rank."""
-    lines = []
-    for path in sorted(folder.glob("rank*.txt")):
-        lines += [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip() and "Warning" not in ln]
-    return "\n".join(lines)
 
 
 def outcome_result(trap: str, variant: str, nproc: int, outcome: dict, params: dict) -> LabResult:
@@ -718,50 +566,17 @@ def outcome_result(trap: str, variant: str, nproc: int, outcome: dict, params: d
     return LabResult("traps", nproc, backend, [], data, {c.name: c for c in checks}, params)
 
 
-_CHILD = ("import json, sys; from labs.lessons.traps import observe\n"
-          "if __name__ == '__main__':\n"
-          "    r = observe(*json.loads(sys.argv[1]), **json.loads(sys.argv[2]))\n"
-          "    print('RESULT ' + json.dumps(r.data['measured']))")
-
-
 def observe_isolated(trap: str, variant: str, debug_levels=("DETAIL",), nproc: int = 2,
                      timeout: float = HANG_TIMEOUT, **params) -> list[LabResult]:
-    """:func:`observe` in fresh Python processes, one per ``TORCH_DISTRIBUTED_DEBUG`` level, run side by side.
-
-    The variable must be
-    set before the process group exists, and this process's fork server is shared by every lab, so it
-    is set only in the child's environment.
-    """
-    procs = []
-    for level in debug_levels:
-        env = {k: v for k, v in os.environ.items() if k != "TORCH_DISTRIBUTED_DEBUG"}
-        if level is not None:
-            env["TORCH_DISTRIBUTED_DEBUG"] = level
-        procs.append(subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([trap, variant, nproc]),
-                                       json.dumps({"timeout": timeout, **params})],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    return [_isolated_result(proc, trap, variant, nproc, timeout, params) for proc in procs]
-
-
-def _isolated_result(proc: subprocess.Popen, trap: str, variant: str, nproc: int, timeout: float, params: dict):
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout + 90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-    line = next((ln for ln in stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise LabError(f"따로 띄운 파이썬 프로세스가 결과를 남기지 않았습니다 (종료 코드 {proc.returncode}): "
-                       f"{stderr.strip()[-500:]}")
-    outcome = json.loads(line[len("RESULT "):])
-    outcome["where"] = {int(k): v for k, v in outcome.get("where", {}).items()}
-    return outcome_result(trap, variant, nproc, outcome, {"trap": trap, "variant": variant, **params})
+    """:func:`observe` of a bug in fresh Python processes, one per ``TORCH_DISTRIBUTED_DEBUG`` level."""
+    params = {"trap": trap, "variant": variant, **params}
+    run_timeout = timeout if EXPECTED[(trap, variant)] == "hang" else 120.0
+    return [outcome_result(trap, variant, nproc, outcome, params)
+            for outcome in outcomes_isolated("traps", nproc, params, run_timeout, debug_levels)]
 
 
 def check_all(nproc: int = 2) -> list[tuple[str, LabResult]]:
     """Every trap's bug and fix, as the chapter runs them (``labs/gpu_check.sh`` calls this with NCCL)."""
-    from ..launch import run
-
     results = []
     for trap in TRAPS:
         n = min(nproc, 4) if trap == "lr_scaling" else nproc  # 작은 데이터셋: 랭크가 많으면 에폭당 스텝이 너무 적다

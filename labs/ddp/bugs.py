@@ -1,6 +1,6 @@
-"""A gallery of named bugs (chapter 9): each a small override of the reference in :mod:`labs.miniddp`.
+"""A gallery of named bugs (chapter 9): each a small override of the reference in :mod:`labs.ddp.miniddp`.
 
-Every class here is a mistake a reader can really make. ``python -m labs grade labs/miniddp_bugs.py
+Every class here is a mistake a reader can really make. ``python -m labs grade labs/ddp/bugs.py
 --class NAME`` runs it on real ranks; ``BUGS`` maps each name to the grader check that must catch
 it (the first failing check in the grader's order is its diagnosis).
 """
@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from labs.miniddp import BucketedDDP, PerParameterDDP
+from labs.ddp.miniddp import BucketedDDP, PerParameterDDP
 
 
 class NoDivision(BucketedDDP):

@@ -1,8 +1,8 @@
 """One real DDP training program: classify 8×8 handwritten digits with a small MLP.
 
-    torchrun --nproc_per_node=2 labs/train_script.py --epochs 5 --ckpt-dir /tmp/x
-    torchrun --nproc_per_node=2 --max-restarts=1 -m labs.train_script --ckpt-dir /tmp/x --fail-at-epoch 3
-    python -m labs.train_script --epochs 5          # one process: a process group of one
+    torchrun --nproc_per_node=2 labs/ddp/train_script.py --epochs 5 --ckpt-dir /tmp/x
+    torchrun --nproc_per_node=2 --max-restarts=1 -m labs.ddp.train_script --ckpt-dir /tmp/x --fail-at-epoch 3
+    python -m labs.ddp.train_script --epochs 5          # one process: a process group of one
 
 It follows the six steps of DDP training: (1) replicate the model, (2) give every rank its own
 mini-batches, (3) forward, (4) backward, (5) gradient All-Reduce (inside backward), (6) update.
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-if __package__ in (None, ""):  # run as a file (torchrun labs/train_script.py): import `labs` from the repo root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+if __package__ in (None, ""):  # run as a file (torchrun labs/ddp/train_script.py): import `labs` from the repo root
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 import torch
 import torch.distributed as dist
@@ -192,7 +192,7 @@ def init_distributed() -> RankContext:
         bound = device if device.type == "cuda" else None
         dist.init_process_group(backend, device_id=bound)
     else:
-        # python -m labs.train_script: 프로세스 하나짜리 그룹 (랑데부 필요 없음)
+        # python -m labs.ddp.train_script: 프로세스 하나짜리 그룹 (랑데부 필요 없음)
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return RankContext(rank, world_size, local_rank, backend, device)
 

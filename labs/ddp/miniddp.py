@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-MIB = 1024 * 1024
+from labs.ddp.buckets import MIB, group_by_size
 
 
 class _Replicated(nn.Module):
@@ -170,19 +170,6 @@ class BucketedDDP(_Replicated):
                 p.grad.copy_(view.view_as(p))
             bucket.ready, bucket.work = 0, None
         self._next = 0
-
-
-def group_by_size(items: list, cap_bytes: int, nbytes=lambda p: p.numel() * p.element_size()) -> list[list]:
-    """Consecutive items (parameters, or byte sizes with ``nbytes=int``) grouped so that a group
-    closes as soon as its bytes reach ``cap_bytes``."""
-    groups, current, size = [], [], 0
-    for item in items:
-        current.append(item)
-        size += nbytes(item)
-        if size >= cap_bytes:
-            groups.append(current)
-            current, size = [], 0
-    return groups + ([current] if current else [])
 
 
 def _slices(flat: torch.Tensor, params: list[nn.Parameter]) -> list[torch.Tensor]:

@@ -1,0 +1,142 @@
+"""The import layers of labs/, read from the AST of every module (function-level imports included).
+
+- labs/ddp/ (the code the book teaches) imports only torch, the standard library and the rank helpers
+  (labs.context, labs.comms, labs.models, labs.primitives): never the engine, a lesson, the grader or a figure.
+- The engine (labs/*.py) imports no lesson.
+- No lesson imports another lesson.
+- No import cycle anywhere.
+
+What still breaks a rule is listed in KNOWN with its reason. The test also fails when a KNOWN entry stops being
+true, so the list can only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LABS = REPO / "labs"
+
+# What labs/ddp may import from labs/: the rank helpers, never the engine or a lesson.
+DDP_MAY_IMPORT = {"labs.context", "labs.comms", "labs.models", "labs.primitives", "labs.errors"}
+
+KNOWN = {
+    ("engine imports lesson", "labs.grader", "labs.lessons.grade"):
+        "the grader report reads REFERENCE from its lab; the grade29 branch moves the report into labs/grading/",
+    ("engine imports lesson", "labs.cli", "labs.lessons.cost"):
+        "`python -m labs bench` prints the bench lab's nccl-tests-shaped tables; they move with the cost.py split",
+    ("lesson imports lesson", "labs.lessons.zero", "labs.lessons.equivalence"):
+        "chapter 13 reuses chapter 5's float32 tolerance (ATOL, RTOL); they belong in a shared tool",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(LABS.rglob("*.py"))}
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom | ast.Import, known: set[str]) -> set[str]:
+    """The labs modules one import statement loads (a name imported from a package counts if it is a submodule)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in known}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if node.level:
+        base = package.split(".")
+        base = base[:len(base) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    loaded = {target} if node.module and target in known else set()
+    loaded |= {f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in known}
+    return loaded
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                edges |= _resolve(module, path, node, known)
+        graph[module] = edges - {module}
+    return graph
+
+
+def _is_lesson(module: str) -> bool:
+    return module.startswith("labs.lessons.")
+
+
+def _is_engine(module: str) -> bool:
+    return module.count(".") == 1 or module == "labs"
+
+
+def _cycles(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Every import edge a → b that lies on a cycle, as the (a, b) pair sorted by name."""
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        return False
+
+    return {tuple(sorted((a, b))) for a, edges in graph.items() for b in edges if reaches(b, a)}
+
+
+def violations(graph: dict[str, set[str]]) -> set[tuple[str, str, str]]:
+    found = set()
+    for module, edges in graph.items():
+        for target in edges:
+            if module.startswith("labs.ddp") and not (target.startswith("labs.ddp") or target in DDP_MAY_IMPORT):
+                found.add(("ddp imports engine", module, target))
+            if _is_engine(module) and _is_lesson(target):
+                found.add(("engine imports lesson", module, target))
+            if _is_lesson(module) and _is_lesson(target):
+                found.add(("lesson imports lesson", module, target))
+    found |= {("cycle", a, b) for a, b in _cycles(graph)}
+    return found
+
+
+def test_no_new_layer_violation():
+    new = violations(import_graph()) - set(KNOWN)
+    assert not new, "층을 넘는 import: " + "; ".join(" ".join(v) for v in sorted(new))
+
+
+@pytest.mark.parametrize("entry", sorted(KNOWN), ids=lambda e: " ".join(e))
+def test_known_violation_is_still_true(entry):
+    # A KNOWN entry that is fixed must leave the list, so that it cannot come back unnoticed.
+    assert entry in violations(import_graph()), f"고쳐졌습니다: KNOWN에서 지우세요: {entry}"
+
+
+def test_the_rules_catch_a_broken_layout():
+    graph = {
+        "labs.ddp.ring": {"labs.launch"},
+        "labs.launch": {"labs.lessons.x"},
+        "labs.lessons.x": {"labs.lessons.y"},
+        "labs.lessons.y": {"labs.lessons.x"},
+    }
+    assert violations(graph) == {
+        ("ddp imports engine", "labs.ddp.ring", "labs.launch"),
+        ("engine imports lesson", "labs.launch", "labs.lessons.x"),
+        ("lesson imports lesson", "labs.lessons.x", "labs.lessons.y"),
+        ("lesson imports lesson", "labs.lessons.y", "labs.lessons.x"),
+        ("cycle", "labs.lessons.x", "labs.lessons.y"),
+    }
+
+
+def test_relative_imports_resolve_to_modules():
+    graph = import_graph()
+    assert "labs.launch" in graph["labs.cli"]
+    assert "labs.grading.probes" in graph["labs.lessons.grade"]
