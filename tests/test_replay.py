@@ -18,7 +18,7 @@ import labs
 import labs.launch
 import labs.replay
 from labs.errors import RankFailedError
-from labs.lessons.train import run_command
+from labs.run_command import run_command
 from labs.replay import RECORD_ENV, REPLAY_ENV
 
 pytestmark = [pytest.mark.real_ranks, pytest.mark.timeout(120)]
