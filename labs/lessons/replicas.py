@@ -36,8 +36,8 @@ def sampler_shards(dataset_size: int, world_size: int, seed: int = 0, epoch: int
     return shards
 
 
-def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, extra_samples: int, seed_base: int,
-            sampler_seed: int) -> dict:
+def wrap_replica(ctx: RankContext, seed_base: int) -> tuple[DDP, torch.Tensor, str]:
+    """This rank's model wrapped in DDP, with its parameters and their fingerprint before wrapping."""
     # 1) 랭크마다 일부러 다른 시드로 모델을 만든다: 이 시점의 복제본은 서로 다르다.
     torch.manual_seed(seed_base + ctx.rank)
     model = tiny_mlp().to(ctx.device)
@@ -46,21 +46,32 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, extra_samples: in
 
     # 2) DDP로 감싸면 생성자가 랭크 0의 파라미터를 모든 랭크에 브로드캐스트한다.
     ddp_model = DDP(model, device_ids=device_ids(ctx.device))
-    after = flat_parameters(ddp_model.module)
+    return ddp_model, before, fingerprint_before
 
+
+def shard_batches(ctx: RankContext, dataset: range, per_rank_batch: int,
+                  sampler_seed: int) -> tuple[DistributedSampler, DataLoader]:
+    """This rank's shard of ``dataset`` and the mini-batches of B/N samples cut from it."""
     # 3) DistributedSampler: 데이터셋 인덱스를 섞어 N개 샤드로 나누고, 각 랭크가 B/N씩 미니배치를 만든다.
-    dataset = range(ctx.world_size * per_rank_batch * steps + extra_samples)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=sampler_seed)
     sampler.set_epoch(0)
     loader = DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler)
+    return sampler, loader
 
+
+def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, extra_samples: int, seed_base: int,
+            sampler_seed: int) -> dict:
+    ddp_model, before, fingerprint_before = wrap_replica(ctx, seed_base)
+    after = flat_parameters(ddp_model.module)
+    dataset = range(ctx.world_size * per_rank_batch * steps + extra_samples)
+    sampler, loader = shard_batches(ctx, dataset, per_rank_batch, sampler_seed)
     dropping = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                   shuffle=True, seed=sampler_seed, drop_last=True)
     dropping.set_epoch(0)
     return {
         **ctx.describe(),
-        "n_params": count_parameters(model),
+        "n_params": count_parameters(ddp_model.module),
         "params_before": before.tolist(),
         "params_after": after.tolist(),
         "checksum_before": float(before.sum()),
