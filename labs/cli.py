@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_bench(args) -> int:
     """``python -m labs bench``: one process group per N, tables (or one JSON object) at the end."""
-    from .lessons import cost as bench
+    from .lessons.bench import report as bench
 
     params = {**(bench.FULL if not args.quick else {}), **get_lab("bench").parse_params(args.param)}
     if launch.in_torchrun():

@@ -1,7 +1,8 @@
-"""Chapter 8: the ``bench`` lab (labs/lessons/cost.py) and ``python -m labs bench`` on real gloo ranks
-(quick mode), the rings of labs/ddp/ring.py against the library, checks that are not applicable to a
-user's own sizes, and every check failing when the recorded data is tampered with. The rings' runs
-that assert no timing are in test_bench_rings.py, which may run alongside other tests.
+"""Chapter 8: the ``bench`` lab (labs/lessons/bench/; its cost model is labs/ddp/cost_model.py) and
+``python -m labs bench`` on real gloo ranks (quick mode), the rings of labs/ddp/ring.py against the
+library, checks that are not applicable to a user's own sizes, and every check failing when the
+recorded data is tampered with. The rings' runs that assert no timing are in test_bench_rings.py,
+which may run alongside other tests.
 
 The lab runs once per world size (module fixture, quick defaults); the failure tests change copies
 of the recorded rank data and call ``summarize`` again, so a claim that stops holding is caught.
@@ -18,7 +19,10 @@ import pytest
 
 import labs
 from labs.cli import EXIT_OK, main
-from labs.lessons import cost as bench
+from labs.ddp.cost_model import fit_cost_model, model_time
+from labs.lessons import bench
+from labs.lessons.bench import measure, report
+from labs.ddp.ring import SEGMENT_BYTES
 from labs.viz.cost import (allreduce_figure, ddp_step_figure, measured_preset, pipeline_timeline_figure,
                            scaling_calculator)
 
@@ -27,7 +31,7 @@ from conftest import assert_only_these_fail, summarize_again
 pytestmark = [pytest.mark.timeout(240), pytest.mark.alone]  # 시간을 재므로 다른 테스트와 겹쳐 돌지 않는다
 
 CAPS = [0.1, 1.0, 25.0, 100.0]
-VARIANTS = ["compute", "manual", "ddp:0.1", "ddp:1", "ddp:25", "ddp:100", bench.ACCUM]
+VARIANTS = ["compute", "manual", "ddp:0.1", "ddp:1", "ddp:25", "ddp:100", measure.ACCUM]
 NO_COMMUNICATION = {"pipelined_bytes_on_socket", "busbw_below_memcpy", "bandwidth_grows_with_size",
                     "cost_model_fits", "pipelined_vs_library", "ddp_faster_than_manual",
                     "accumulation_raises_efficiency"}
@@ -69,7 +73,7 @@ def test_checks_hold(runs, n):
 def test_rings_agree_with_library_on_odd_sizes(runs):
     """The check compares with dist.all_reduce on a size that neither N nor the segment divides."""
     for n in (2, 3):
-        assert bench.CHECK_NUMEL % n and bench.CHECK_NUMEL % (bench.CHECK_SEGMENT_BYTES // 4)
+        assert measure.CHECK_NUMEL % n and measure.CHECK_NUMEL % (measure.CHECK_SEGMENT_BYTES // 4)
         check = runs[n].checks["rings_match_library"]
         assert check.ok and check.value <= check.tolerance
         assert set(runs[n].ranks[0]["ring_error"]) == {"ring", "pipelined"}
@@ -84,11 +88,11 @@ def test_rings_agree_with_library_on_odd_sizes(runs):
 ])
 def test_user_sizes_never_fail(sizes, expect_n_a):
     """A user's own size list is measured and reported; checks whose premise it lacks are n/a."""
-    code, report = run_cli("--quick", "--nproc", "2", "--param", f"sizes={sizes}")
-    (run,) = report["runs"]
+    code, out = run_cli("--quick", "--nproc", "2", "--param", f"sizes={sizes}")
+    (run,) = out["runs"]
     failed = {name: c for name, c in run["checks"].items() if not c["ok"]}
-    assert code == EXIT_OK and report["ok"] and not failed, failed
-    assert [row["size"] for row in run["rows"]] == bench.parse_sizes(sizes)
+    assert code == EXIT_OK and out["ok"] and not failed, failed
+    assert [row["size"] for row in run["rows"]] == measure.parse_sizes(sizes)
     busy = {"accumulation_raises_efficiency"} & not_applicable(run)
     if not run["oversubscribed"]:
         assert not_applicable(run) - busy == expect_n_a
@@ -97,23 +101,23 @@ def test_user_sizes_never_fail(sizes, expect_n_a):
 
 
 def test_table_has_nccl_tests_columns(runs):
-    table = bench.allreduce_table(runs[2]).splitlines()
+    table = report.allreduce_table(runs[2]).splitlines()
     header = table[0]
     assert header.startswith("#")
-    for column in bench.TABLE_COLUMNS:
+    for column in report.TABLE_COLUMNS:
         assert column in header
     rows = [line.split() for line in table[1:]]
-    assert [int(r[0]) for r in rows] == bench.parse_sizes(bench.SIZES_QUICK)
+    assert [int(r[0]) for r in rows] == measure.parse_sizes(measure.SIZES_QUICK)
     assert all(int(r[1]) == int(r[0]) // 4 and r[2] == "float" for r in rows)
-    report = bench.report(runs[2])
-    assert "N=2" in report and "메모리 복사" in report and "DDP 한 스텝" in report and "파이프라인 링" in report
+    text = report.report(runs[2])
+    assert "N=2" in text and "메모리 복사" in text and "DDP 한 스텝" in text and "파이프라인 링" in text
 
 
 def test_ratios_are_paired_over_interleaved_repeats(runs):
     for row in runs[2].data["rows"]:
         for impl in ("ring", "pipelined"):
             ratio = row[f"{impl}_ratio"]
-            assert ratio["n"] == bench.QUICK["repeats"] and ratio["min"] <= ratio["median"] <= ratio["max"]
+            assert ratio["n"] == measure.QUICK["repeats"] and ratio["min"] <= ratio["median"] <= ratio["max"]
     assert all(row["ring_ratio"] is None for row in runs[1].data["rows"])
 
 
@@ -124,7 +128,7 @@ def test_timeline_shows_segments(runs):
         one, pipelined = timeline["one_segment"], timeline["pipelined"]
         assert len(one["segments"]) == 2 * (n - 1)
         size = runs[n].data["rows"][-1]["size"]
-        per_chunk = -(-size // n // bench.SEGMENT_BYTES)
+        per_chunk = -(-size // n // SEGMENT_BYTES)
         assert len(pipelined["segments"]) == 2 * (n - 1) * per_chunk > len(one["segments"])
         for line in (one, pipelined):
             starts = [s["wait"] for s in line["segments"]]
@@ -138,27 +142,27 @@ def test_ddp_sweep_has_caps_and_manual(runs):
         by = {row["variant"]: row for row in d["rows"]}
         assert by["manual"]["all_reduce"] == d["n_tensors"] == 24
         assert [by[f"ddp:{c:g}"]["all_reduce"] for c in CAPS] == [12, 3, 1, 1]  # 7장의 버킷 규칙
-        assert by[bench.ACCUM]["micro_steps"] == 4 and by[bench.ACCUM]["all_reduce"] == 1
+        assert by[measure.ACCUM]["micro_steps"] == 4 and by[measure.ACCUM]["all_reduce"] == 1
 
 
 def test_cost_model_fit_recovers_known_constants():
     alpha, bw, n = 50e-6, 2e9, 4
-    rows = [{"size": s, "library": {"best_us": bench.model_time({"alpha_s": alpha, "bandwidth": bw}, s, n) * 1e6}}
-            for s in bench.parse_sizes(bench.SIZES_FULL)]
-    fit = bench.fit_cost_model(rows, n)
+    sizes = measure.parse_sizes(report.SIZES_FULL)
+    seconds = [model_time({"alpha_s": alpha, "bandwidth": bw}, s, n) for s in sizes]
+    fit = fit_cost_model(sizes, seconds, n)
     assert fit["alpha_s"] == pytest.approx(alpha, rel=1e-6)
     assert fit["bandwidth"] == pytest.approx(bw, rel=1e-6)
     assert fit["r2_log"] == pytest.approx(1.0)
-    assert bench.fit_cost_model(rows, 1) is None
+    assert fit_cost_model(sizes, seconds, 1) is None and fit_cost_model(sizes[:1], seconds[:1], n) is None
 
 
 def test_parsing_and_defaults():
-    assert bench.parse_sizes("64K 4K 1M 4k") == [4096, 65536, 1 << 20]
-    assert bench.size_label(4096) == "4K" and bench.size_label(64 << 20) == "64M"
-    assert bench.default_world_sizes(gpus=0, cpus=2) == [2, 4]
-    assert bench.default_world_sizes(gpus=0, cpus=16) == [2, 4, 8, 16]
-    assert bench.default_world_sizes(gpus=8, cpus=2) == [2, 4, 8]
-    assert bench.default_world_sizes(gpus=6, cpus=64) == [2, 4, 6]
+    assert measure.parse_sizes("64K 4K 1M 4k") == [4096, 65536, 1 << 20]
+    assert measure.size_label(4096) == "4K" and measure.size_label(64 << 20) == "64M"
+    assert report.default_world_sizes(gpus=0, cpus=2) == [2, 4]
+    assert report.default_world_sizes(gpus=0, cpus=16) == [2, 4, 8, 16]
+    assert report.default_world_sizes(gpus=8, cpus=2) == [2, 4, 8]
+    assert report.default_world_sizes(gpus=6, cpus=64) == [2, 4, 6]
     for bad in ({"sizes": "3"}, {"sizes": "x"}, {"caps_mb": "0"}):
         with pytest.raises(labs.LabConfigError):
             labs.run("bench", nproc=2, **bad)
@@ -220,7 +224,7 @@ def test_wrong_call_counts_fail(runs):
         ranks[0]["ddp"]["all_reduce"]["manual"] = 1  # 파라미터마다 부르지 않았다면
         ranks[0]["ddp"]["all_reduce"]["ddp:100"] = 12  # cap을 키웠는데 호출이 늘었다면
         for r in ranks:
-            r["ddp"]["seconds"][bench.ACCUM] = [4 * t for t in r["ddp"]["seconds"][bench.ACCUM]]
+            r["ddp"]["seconds"][measure.ACCUM] = [4 * t for t in r["ddp"]["seconds"][measure.ACCUM]]
             r["ddp"]["seconds"]["compute"] = [min(r["ddp"]["seconds"]["compute"])] * len(r["ddp"]["seconds"]["compute"])
             r["ddp"]["seconds"]["ddp:100"] = [2 * t for t in r["ddp"]["seconds"]["compute"]]  # 통신이 계산만큼 더해진다
 
@@ -236,7 +240,7 @@ def test_busy_machine_makes_accumulation_not_applicable(runs):
     for r in ranks:
         compute = r["ddp"]["seconds"]["compute"]
         r["ddp"]["seconds"]["compute"] = [min(compute) * (3 if i % 2 else 1) for i in range(len(compute))]
-        r["ddp"]["seconds"][bench.ACCUM] = [100.0] * len(compute)  # 누적 스텝이 터무니없이 느려도
+        r["ddp"]["seconds"][measure.ACCUM] = [100.0] * len(compute)  # 누적 스텝이 터무니없이 느려도
     check = summarize_again(bench, ranks, runs[2].backend, **runs[2].params).checks["accumulation_raises_efficiency"]
     assert not check.applicable and check.ok and "바빴다" in check.description
 

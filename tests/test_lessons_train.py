@@ -186,7 +186,7 @@ def test_script_runs_as_one_process(tmp_path):
 def test_torchrun_restart_resumes_bitwise(runs, tmp_path):
     """The chapter's command: the last rank dies in epoch 3, torchrun restarts once, the result is unchanged."""
     from labs import commands
-    from labs.lessons.train import run_command
+    from labs.run_command import run_command
 
     line = commands.torchrun_restart(script=str(REPO / "labs" / "ddp" / "train_script.py"), ckpt_dir=str(tmp_path / "ckpt"))
     cmd, settings = commands.torchrun_restart_argv(line, sys.executable)

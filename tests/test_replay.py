@@ -18,7 +18,7 @@ import labs
 import labs.launch
 import labs.replay
 from labs.errors import RankFailedError
-from labs.lessons.train import run_command
+from labs.run_command import run_command
 from labs.replay import RECORD_ENV, REPLAY_ENV
 
 pytestmark = [pytest.mark.real_ranks, pytest.mark.timeout(120)]
@@ -108,7 +108,8 @@ def test_nothing_is_recorded_or_replayed_without_the_variables(tmp_path, spawn_c
 
 
 def test_presentation_code_does_not_invalidate_recordings_but_lesson_code_does(tmp_path, monkeypatch):
-    """The digest covers what ranks run (lessons, models, the engine), not figures or quizzes."""
+    """The digest covers what ranks run (lessons, lab packages such as bench/, models, the engine),
+    not figures or quizzes."""
     import shutil
 
     copy = tmp_path / "labs"
@@ -122,7 +123,12 @@ def test_presentation_code_does_not_invalidate_recordings_but_lesson_code_does(t
         assert labs.replay.code_digest() == before
         (copy / "lessons" / "faults.py").write_text((copy / "lessons" / "faults.py").read_text() + "\n# a lesson changed\n")
         labs.replay.code_digest.cache_clear()
-        assert labs.replay.code_digest() != before
+        changed = labs.replay.code_digest()
+        assert changed != before
+        measure = copy / "lessons" / "bench" / "measure.py"  # 패키지로 나눈 실습의 파일도 덮는다
+        measure.write_text(measure.read_text() + "\n# a lab package changed\n")
+        labs.replay.code_digest.cache_clear()
+        assert labs.replay.code_digest() != changed
     finally:
         labs.replay.code_digest.cache_clear()
 

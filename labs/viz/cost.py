@@ -8,7 +8,9 @@ import json
 
 import plotly.graph_objects as go
 
-from ..lessons.cost import IMPLS, bus_factor, model_time, size_label, variant_label
+from ..ddp.cost_model import bus_factor, model_time
+from ..lessons.bench.measure import IMPLS, size_label
+from ..lessons.bench.report import variant_label
 from ..result import LabResult
 from . import html_table, rank_color
 from .allreduce import calculator_style

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..lessons.structure import sampler_shards
+from ..lessons.replicas import sampler_shards
 from . import ANIMATE as _ANIMATE
 from . import WAITING_COLOR, html_table, rank_color
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..launch import run
-from ..lessons.structure import sampler_shards
+from ..lessons.replicas import sampler_shards
 from ..viz.structure import recorded_split_figure
 
 

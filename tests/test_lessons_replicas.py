@@ -8,7 +8,7 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 import labs
-from labs.lessons import structure as structure_lab
+from labs.lessons import replicas as replicas_lab
 from labs.viz.structure import batch_split_figure
 
 from conftest import assert_only_these_fail
@@ -30,7 +30,7 @@ def test_even_split(runs):
     assert result.data["batch_sizes"] == [4, 4]
     assert [len(g) for g in result.data["global_batches"]] == [16, 16]
     recorded = [r["shard"] for r in result.ranks]
-    assert structure_lab.sampler_shards(32, 4) == recorded  # 그림이 쓰는 계산 = 랭크들이 받은 것
+    assert replicas_lab.sampler_shards(32, 4) == recorded  # 그림이 쓰는 계산 = 랭크들이 받은 것
 
 
 def test_uneven_split_pads_the_dataset_not_the_batch(runs):
@@ -39,7 +39,7 @@ def test_uneven_split_pads_the_dataset_not_the_batch(runs):
     assert (result.data["dataset_size"], result.data["padded_size"]) == (26, 27)  # ⌈26/3⌉·3
     assert result.data["batch_sizes"] == [4, 4, 1]  # 랭크당 9개: 마지막 미니배치만 짧다
     assert [len(g) for g in result.data["global_batches"]] == [12, 12, 3]
-    assert result.data["duplicates"] == structure_lab.leading_indices(26, 1, 0)  # 섞인 순서의 맨 앞 1개
+    assert result.data["duplicates"] == replicas_lab.leading_indices(26, 1, 0)  # 섞인 순서의 맨 앞 1개
     assert result.checks["drop_last_shards"].value == [24, 24]
 
 
@@ -52,7 +52,7 @@ def _per_rank_seeds(ranks):
 
 
 def test_sampler_checks_catch_per_rank_seeds(runs):
-    assert_only_these_fail(structure_lab, runs["uneven"], _per_rank_seeds,
+    assert_only_these_fail(replicas_lab, runs["uneven"], _per_rank_seeds,
                            {"no_overlap", "padding_repeats_leading", "full_coverage"}, **UNEVEN)
 
 
@@ -66,7 +66,7 @@ def test_padding_from_the_wrong_end_is_caught(runs):
         for r in ranks:
             r["shard"] = padded[r["rank"]:27:3]
 
-    assert_only_these_fail(structure_lab, result, tamper, {"padding_repeats_leading"}, **UNEVEN)
+    assert_only_these_fail(replicas_lab, result, tamper, {"padding_repeats_leading"}, **UNEVEN)
 
 
 def test_replica_checks_catch_unsynced_wrap(runs):
@@ -74,7 +74,7 @@ def test_replica_checks_catch_unsynced_wrap(runs):
         for r in ranks:
             r["params_after"], r["fingerprint_after"] = r["params_before"], r["fingerprint_before"]
 
-    assert_only_these_fail(structure_lab, runs["even"], tamper,
+    assert_only_these_fail(replicas_lab, runs["even"], tamper,
                            {"replicas_identical_after_ddp", "equal_to_rank0_initial", "fingerprints_after_ddp"})
 
 
