@@ -1,4 +1,5 @@
-"""Small models the labs train: big enough to have several layers, small enough for 2 CPU cores."""
+"""Small models the labs train (big enough to have several layers, small enough for 2 CPU cores), their
+wrappers (DDP, FSDP2) and what a rank stores for them."""
 
 from __future__ import annotations
 
@@ -100,3 +101,26 @@ def fingerprint_tensors(tensors) -> str:
     for t in tensors:
         digest.update(t.detach().to("cpu").contiguous().numpy().tobytes())
     return digest.hexdigest()[:12]
+
+
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's shard on this rank (FSDP), or the tensor itself (DDP)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def held(tensors) -> dict:
+    """Elements and bytes this rank really stores for ``tensors`` (its own shard for DTensors)."""
+    local = [local_shard(t) for t in tensors]
+    return {"numel": sum(t.numel() for t in local), "bytes": sum(t.numel() * t.element_size() for t in local)}
+
+
+def shard_with_fsdp(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
+    """FSDP2: shard every Linear layer, then the root (bottom-up, as the PyTorch docs ask)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (world_size,))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)

@@ -10,6 +10,9 @@ from typing import Iterable, Sequence
 import torch
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
+# 파라미터 비교의 허용 오차: torch.testing.assert_close의 float32 기본값이자 PyTorch DDP 테스트(assertEqual)가 쓰는 값
+# |w − w_기준| ≤ ATOL + RTOL·|w_기준|
+RTOL, ATOL = 1.3e-6, 1e-5
 
 
 def device_ids(device: torch.device) -> list[int] | None:

@@ -11,12 +11,11 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
 from bs4 import BeautifulSoup
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
-from minibook import REPO, build, make_book  # noqa: E402
+from minibook import build, make_book  # noqa: E402
 
 CORE_LIMIT = 25_000
 # 본문이 아닌 것: 코드, 셀 출력, 표, 그림, 수식, 퀴즈, 단추, 제목의 링크 기호

@@ -26,10 +26,10 @@ DDP_MAY_IMPORT = {"labs.context", "labs.comms", "labs.models", "labs.primitives"
 KNOWN = {
     ("engine imports lesson", "labs.grader", "labs.lessons.grade"):
         "the grader report reads REFERENCE from its lab; the grade29 branch moves the report into labs/grading/",
-    ("engine imports lesson", "labs.cli", "labs.lessons.cost"):
-        "`python -m labs bench` prints the bench lab's nccl-tests-shaped tables; they move with the cost.py split",
-    ("lesson imports lesson", "labs.lessons.zero", "labs.lessons.equivalence"):
-        "chapter 13 reuses chapter 5's float32 tolerance (ATOL, RTOL); they belong in a shared tool",
+    ("engine imports lesson", "labs.cli", "labs.lessons.bench"):
+        "`python -m labs bench` prints the bench lab's nccl-tests-shaped tables (labs/lessons/bench/report.py)",
+    ("engine imports lesson", "labs.cli", "labs.lessons.bench.report"):
+        "the same import, seen through the package: `from .lessons.bench import report`",
 }
 
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
-from ..ddp.buckets import MIB, ddp_bucket_caps, group_by_size
+from ..ddp.buckets import ddp_bucket_caps, group_by_size
 from ..models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab

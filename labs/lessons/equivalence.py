@@ -21,12 +21,10 @@ from ..context import DESCRIBE_KEYS, RankContext
 from ..errors import LabConfigError
 from ..models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Int, seed
-from ..primitives import max_abs_diff
+from ..primitives import ATOL, RTOL, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 
-# torch.testing.assert_close의 float32 기본값이자 PyTorch DDP 테스트(assertEqual)가 쓰는 허용 오차
-RTOL, ATOL = 1.3e-6, 1e-5
 GRAD_REDUCE = ("mean", "sum")
 
 

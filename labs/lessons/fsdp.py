@@ -35,15 +35,13 @@ from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
 from ..ddp import FullyShardedDP
 from ..ddp.fsdp_bugs import FreeBeforeBackward, GradsInComputeDtype, SumNotAverage
-from ..models import (flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes, synthetic_regression,
-                      wrap_ddp)
+from ..models import (flat_parameters, held, layer_stack, mse_backward, rank_batch, shard_with_fsdp, storage_bytes,
+                      synthetic_regression, wrap_ddp)
 from ..params import Choice, Float, Int, seed
-from ..primitives import max_abs_diff
+from ..optim_state import OPTIMIZERS, train_single
+from ..primitives import ATOL, RTOL, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_close, check_equal
-from .equivalence import ATOL, RTOL
-from .myths import held, shard_with_fsdp
-from .zero import OPTIMIZERS, train_single
 
 EVENTS = ("gather_forward", "free_forward", "gather_backward", "free_backward")
 
@@ -125,7 +123,7 @@ def train_ours(init: nn.Module, batches: list, opt: str, lr: float, mistake: str
 
 def train_torch(ctx: RankContext, init: nn.Module, batches: list, opt: str, lr: float) -> tuple[dict, dict]:
     """torch's fully_shard (FSDP2) on every Linear and the root; its full parameters and its record."""
-    model = shard_with_fsdp(copy.deepcopy(init), ctx)
+    model = shard_with_fsdp(copy.deepcopy(init), ctx.device, ctx.world_size)
     record = {"params": held(model.parameters())}
     record["steps"] = train(model, batches, opt, lr)
     full = {name: p.full_tensor() for name, p in model.named_parameters()}  # DTensor → 모든 랭크에 전체 값

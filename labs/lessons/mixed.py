@@ -23,8 +23,8 @@ from ..models import fingerprint_tensors, layer_stack, mse_backward, rank_batch,
 from ..params import Float, Int, seed
 from ..primitives import max_abs_diff
 from ..registry import Lab
+from ..optim_state import OPTIMIZERS, elementwise_state
 from ..result import Summary, check_equal, not_applicable
-from .zero import OPTIMIZERS, elementwise_state
 
 COMPUTE = torch.bfloat16  # 계산·그래디언트·통신의 자료형
 MASTER = torch.float32  # 옵티마이저가 업데이트하는 마스터 가중치의 자료형

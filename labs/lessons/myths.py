@@ -33,8 +33,8 @@ from torch import nn
 
 from ..comms import CollectiveCounter
 from ..context import DESCRIBE_KEYS, RankContext
-from ..models import (count_parameters, fingerprint, flat_parameters, mse_backward, rank_batch,
-                      synthetic_regression, tiny_mlp, wrap_ddp)
+from ..models import (count_parameters, fingerprint, flat_parameters, held, local_shard, mse_backward, rank_batch,
+                      shard_with_fsdp, synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Choice, Float, Int, ListOf, seed
 from ..primitives import sync
 from ..registry import Lab
@@ -60,17 +60,6 @@ def sharding_model(hidden: int) -> nn.Module:
 
 # --- 1) sharding: DDP holds everything on every rank, FSDP holds ~1/N --------------------------
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's shard on this rank (FSDP), or the tensor itself (DDP)."""
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def held(tensors) -> dict:
-    """Elements and bytes this rank really stores for ``tensors`` (its own shard for DTensors)."""
-    local = [_local(t) for t in tensors]
-    return {"numel": sum(t.numel() for t in local), "bytes": sum(t.numel() * t.element_size() for t in local)}
-
-
 def adam_step_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> dict:
     """One Adam step; what the rank then holds, and the collectives of forward and backward."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -82,20 +71,8 @@ def adam_step_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: flo
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     params = list(model.parameters())
     return {"params": held(params), "grads": held(p.grad for p in params if p.grad is not None),
-            "optimizer_state": held(state), "shapes": [list(_local(p).shape) for p in params],
+            "optimizer_state": held(state), "shapes": [list(local_shard(p).shape) for p in params],
             "forward": forward.items, "backward": backward.items}
-
-
-def shard_with_fsdp(model: nn.Module, ctx: RankContext) -> nn.Module:
-    """FSDP2: shard every Linear layer, then the root (bottom-up, as the PyTorch docs ask)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
 
 
 def sharding_part(ctx: RankContext, hidden: int, per_rank_batch: int, lr: float, seed: int) -> dict:
@@ -104,7 +81,7 @@ def sharding_part(ctx: RankContext, hidden: int, per_rank_batch: int, lr: float,
     data = synthetic_regression(ctx.world_size * per_rank_batch, in_features=16, out_features=8, seed=seed)
     x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
     ddp = wrap_ddp(copy.deepcopy(model), ctx.device)
-    fsdp = shard_with_fsdp(copy.deepcopy(model), ctx)
+    fsdp = shard_with_fsdp(copy.deepcopy(model), ctx.device, ctx.world_size)
     return {"n_params": count_parameters(model), "element_size": 4,
             "ddp": adam_step_memory(ddp, x, y, lr), "fsdp": adam_step_memory(fsdp, x, y, lr),
             "ddp_fingerprint": fingerprint(ddp.module)}

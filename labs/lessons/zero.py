@@ -31,12 +31,11 @@ from ..ddp.zero_bugs import NoShare, StepAllParams, WrongOwner
 from ..models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes,
                       synthetic_regression, wrap_ddp)
 from ..params import Choice, Float, Int, seed
-from ..primitives import max_abs_diff
+from ..optim_state import OPTIMIZERS, state_tensors, train_single
+from ..primitives import ATOL, RTOL, max_abs_diff  # 5장과 같은 기준
 from ..registry import Lab
-from .equivalence import ATOL, RTOL  # 5장과 같은 기준: |w − w_단일| ≤ atol + rtol·|w_단일| (torch.testing의 float32 규칙)
 from ..result import Summary, check_at_most, check_close, check_equal, not_applicable
 
-OPTIMIZERS = {"sgd": (torch.optim.SGD, {"momentum": 0.9}), "adamw": (torch.optim.AdamW, {"weight_decay": 0.01})}
 WRAPPERS = ("ddp", "sharded", "zero")  # 평범한 DDP, DDP + ShardedOptimizer, DDP + ZeroRedundancyOptimizer
 KINDS = ("params", "grads", "state")
 NEEDS_TWO_RANKS = ("sharded_replicas_identical", "assignment_same_on_every_rank")  # N=1이면 해당 없음
@@ -54,22 +53,6 @@ MISTAKE_FAILS = {
 
 
 # --- rank side -------------------------------------------------------------------------------------
-
-def state_tensors(state: dict, params=None) -> list[torch.Tensor]:
-    """The tensors in an optimizer's ``state`` (of ``params`` only, when given)."""
-    keys = state.keys() if params is None else [p for p in params if p in state]
-    return [v for k in keys for v in state[k].values() if torch.is_tensor(v)]
-
-
-def elementwise_state(state: dict, params: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The optimizer state tensors shaped like their parameter (moments), and the rest (``step`` scalars)."""
-    per_element, per_tensor = [], []
-    for p in params:
-        for v in state.get(p, {}).values():
-            if torch.is_tensor(v):
-                (per_element if v.shape == p.shape else per_tensor).append(v)
-    return per_element, per_tensor
-
 
 def build(wrapper: str, model: torch.nn.Module, opt: str, lr: float, mistake: str) -> torch.optim.Optimizer:
     """The optimizer of ``wrapper`` (``sharded``, ``zero``; anything else: plain ``opt``) over ``model``."""
@@ -106,23 +89,6 @@ def train(ctx: RankContext, wrapper: str, init: torch.nn.Module, batches: list, 
     if wrapper == "zero":
         record["owners"] = [optimizer._param_to_rank[p] for p in params]  # torch가 정한 분할
     return model, record
-
-
-def train_single(init: torch.nn.Module, batches: list, opt: str, lr: float) -> tuple[torch.nn.Module, dict]:
-    """One process, no DDP, on the global batch of every step; its state per parameter tensor."""
-    model = copy.deepcopy(init)
-    optimizer = build("single", model, opt, lr, "none")
-    for x, y in batches:
-        optimizer.zero_grad(set_to_none=True)
-        mse_backward(model, x, y)
-        optimizer.step()
-    by_key = Counter()
-    for s in optimizer.state.values():
-        by_key.update({k: storage_bytes([v]) for k, v in s.items() if torch.is_tensor(v)})
-    params = list(model.parameters())
-    return model, {"state_per_param": [storage_bytes(state_tensors(optimizer.state, [p])) for p in params],
-                   "state_by_key": dict(by_key),
-                   "elementwise_state": storage_bytes(elementwise_state(optimizer.state, params)[0])}
 
 
 def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps: int, lr: float, mistake: str,

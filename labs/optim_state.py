@@ -1,0 +1,47 @@
+"""The optimizer state a rank holds (chapter 13's labs): the optimizers they train with, the state's
+tensors, and one process's reference run on the global batch with its state per parameter."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import torch
+
+from .models import mse_backward, storage_bytes
+
+OPTIMIZERS = {"sgd": (torch.optim.SGD, {"momentum": 0.9}), "adamw": (torch.optim.AdamW, {"weight_decay": 0.01})}
+
+
+def state_tensors(state: dict, params=None) -> list[torch.Tensor]:
+    """The tensors in an optimizer's ``state`` (of ``params`` only, when given)."""
+    keys = state.keys() if params is None else [p for p in params if p in state]
+    return [v for k in keys for v in state[k].values() if torch.is_tensor(v)]
+
+
+def elementwise_state(state: dict, params: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The optimizer state tensors shaped like their parameter (moments), and the rest (``step`` scalars)."""
+    per_element, per_tensor = [], []
+    for p in params:
+        for v in state.get(p, {}).values():
+            if torch.is_tensor(v):
+                (per_element if v.shape == p.shape else per_tensor).append(v)
+    return per_element, per_tensor
+
+
+def train_single(init: torch.nn.Module, batches: list, opt: str, lr: float) -> tuple[torch.nn.Module, dict]:
+    """One process, no DDP, on the global batch of every step; its state per parameter tensor."""
+    model = copy.deepcopy(init)
+    cls, kwargs = OPTIMIZERS[opt]
+    optimizer = cls(model.parameters(), lr=lr, **kwargs)
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        mse_backward(model, x, y)
+        optimizer.step()
+    by_key = Counter()
+    for s in optimizer.state.values():
+        by_key.update({k: storage_bytes([v]) for k, v in s.items() if torch.is_tensor(v)})
+    params = list(model.parameters())
+    return model, {"state_per_param": [storage_bytes(state_tensors(optimizer.state, [p])) for p in params],
+                   "state_by_key": dict(by_key),
+                   "elementwise_state": storage_bytes(elementwise_state(optimizer.state, params)[0])}
