@@ -1,5 +1,5 @@
-"""The grader's layers: ``import labs`` loads no lesson, and the grader, the CLI and the ``grade`` lab
-import each other without a cycle (no function-level import of a labs module hides one)."""
+"""The grader's layers: ``import labs`` loads no lesson, and the package root, the grader, the CLI and the
+``grade`` lab import each other without a cycle (no function-level import of a labs module hides one)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 from conftest import clean_env
 
 LABS = Path(__file__).resolve().parents[1] / "labs"
-# 순환이 없어야 하는 모듈: 채점기 패키지 전체, CLI, grade 실습
-CHECKED = ("labs.grading", "labs.cli", "labs.lessons.grade")
+# 순환이 없어야 하는 모듈: 패키지 뿌리(labs/__init__.py), CLI, grade 실습, 채점기 패키지 전체
+CHECKED = ("labs", "labs.cli", "labs.lessons.grade")
+CHECKED_PACKAGES = ("labs.grading",)
 
 
 def module_name(path: Path) -> str:
@@ -26,7 +27,7 @@ MODULES = {module_name(p): p for p in LABS.rglob("*.py")}
 
 
 def in_checked(name: str) -> bool:
-    return any(name == c or name.startswith(c + ".") for c in CHECKED)
+    return name in CHECKED or any(name == p or name.startswith(p + ".") for p in CHECKED_PACKAGES)
 
 
 def _target(importer: str, node: ast.ImportFrom) -> str:
@@ -80,8 +81,9 @@ def test_importing_labs_loads_no_lesson():
     assert proc.stdout.strip() == "[]", proc.stdout
 
 
-def test_no_import_cycle_through_the_grader_or_the_cli():
-    assert in_checked("labs.grading.rank") and "labs.lessons.grade" in MODULES
+def test_no_import_cycle_through_the_root_the_grader_or_the_cli():
+    assert in_checked("labs") and in_checked("labs.grading.rank") and not in_checked("labs.launch")
+    assert "labs.lessons.grade" in MODULES
     assert cycles() == []
 
 
