@@ -136,7 +136,6 @@ def checked_group(backend: str):
         distributed_c10d._update_default_pg(original)
 
 
-
 def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> dict:
     """Every probe for one class; an exception is recorded with the reader's line, a mismatch stops the rest."""
     cls = getattr(module, name, None)
