@@ -6,7 +6,7 @@ group; the launcher (:mod:`labs.launch`) is separate from the lessons.
 
 from .errors import (LabCheckFailed, LabConfigError, LabError, LabTimeoutError, RankCrashedError,
                      RankFailedError)
-from .grader import grade
+from .grading import grade
 from .launch import run
 from .registry import all_labs, get_lab
 from .result import Check, LabResult

@@ -1,4 +1,7 @@
+import signal
 import sys
+
+from .errors import EXIT_SIGNAL
 
 try:
     from .cli import main
@@ -9,5 +12,5 @@ except KeyboardInterrupt:  # Ctrl-C, even while torch is still being imported: o
         print("중단: Ctrl-C(SIGINT)로 실행을 멈췄습니다. 띄운 랭크는 모두 종료했습니다.", file=sys.stderr, flush=True)
     except OSError:
         pass
-    code = 130  # 128 + SIGINT, as a shell reports it
+    code = EXIT_SIGNAL + signal.SIGINT
 sys.exit(code)

@@ -1,17 +1,22 @@
-"""``python -m labs``: list labs, or run one on N ranks (spawned here, or in place under torchrun)."""
+"""``python -m labs``: list labs, run one, benchmark or grade on N ranks (spawned here, or in place under
+torchrun); the exit codes are the table in :mod:`labs.errors`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from . import launch
 from .context import BACKENDS
-from .errors import LabConfigError, LabError, LaunchInterrupted
+from .errors import (EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_LAB_ERROR, EXIT_OK, LabConfigError, LabError,
+                     LaunchInterrupted)
+from .grading import explain_error, report
+from .grading.runner import DEFAULT_TIMEOUT as GRADE_TIMEOUT, checked, lab_params, traced
+from .grading.source import REFERENCE
 from .params import describe
 from .registry import all_labs, get_lab
-
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_LAB_ERROR = 0, 1, 2, 3
+from .result import LabResult
 
 
 def _say(line: str) -> None:
@@ -58,10 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
                             "13장의 ShardedOptimizer, FullyShardedDP는 그 인터페이스로 채점)")
     grade.add_argument("--nproc", type=int, default=2, help="랭크 수 N (기본 2; torchrun 아래에서는 무시)")
     grade.add_argument("--backend", default="auto", choices=BACKENDS, help="auto(기본), gloo, nccl")
-    grade.add_argument("--timeout", type=float, default=30.0, help="제한 시간(초): 교착은 이 시간 뒤 위치와 함께 보고")
+    grade.add_argument("--timeout", type=float, default=GRADE_TIMEOUT, help="제한 시간(초): 교착은 이 시간 뒤 위치와 함께 보고")
     grade.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="채점 인자 (예: bucket_cap_mb=0.01, steps=5; python -m labs list --params)")
     return parser
+
+
+def _run_or_join(lab: str, args, nproc: int | None, **params) -> LabResult | None:
+    """Spawn ``nproc`` ranks of ``lab``, or join in place as this torchrun rank (``nproc`` ignored); the
+    result, or None on a torchrun rank other than 0 (rank 0 reports for everyone)."""
+    if launch.in_torchrun():
+        return launch.run_in_place(lab, args.backend, args.timeout, **params)
+    return launch.run(lab, nproc, args.backend, args.timeout, **params)
+
+
+def _reported(results: list[LabResult | None], text: Callable[[list[LabResult]], str]) -> int:
+    """Print ``text(results)`` and return the exit code; a torchrun rank other than 0 prints nothing
+    (rank 0 reports for everyone)."""
+    if any(r is None for r in results):
+        return EXIT_OK
+    print(text(results))
+    return EXIT_OK if all(r.ok for r in results) else EXIT_CHECK_FAILED
+
+
+def run_lab(args) -> int:
+    """``python -m labs run LAB``: one result, as a text report or one JSON object."""
+    result = _run_or_join(args.lab, args, args.nproc, **get_lab(args.lab).parse_params(args.param))
+    return _reported([result], lambda rs: rs[0].to_json() if args.json else rs[0].report())
 
 
 def run_bench(args) -> int:
@@ -70,18 +98,28 @@ def run_bench(args) -> int:
 
     params = {**(bench.FULL if not args.quick else {}), **get_lab("bench").parse_params(args.param)}
     if launch.in_torchrun():
-        result = launch.run_in_place("bench", args.backend, args.timeout, **params)
-        if result is None:  # not rank 0: rank 0 reports for everyone
-            return EXIT_OK
-        results = [result]
+        sizes = [None]  # the torchrun job's world size
     else:
         sizes = args.nproc or bench.default_world_sizes()
         for n in sizes:  # every N's input is checked before the first one runs
             launch.check_nproc(n)
             get_lab("bench").resolve_params(params, n)
-        results = [launch.run("bench", n, args.backend, args.timeout, **params) for n in sizes]
-    print(bench.to_json(results) if args.json else "\n\n".join(bench.report(r) for r in results))
-    return EXIT_OK if all(r.ok for r in results) else EXIT_CHECK_FAILED
+    results = [_run_or_join("bench", args, n, **params) for n in sizes]
+    return _reported(results, lambda rs: bench.to_json(rs) if args.json else "\n\n".join(map(bench.report, rs)))
+
+
+def run_grade(args) -> int:
+    """``python -m labs grade [PATH] [--class NAME]``: the Korean report of :mod:`labs.grading` (without a
+    path: the reference ``labs/ddp/miniddp.py``)."""
+    path = args.path or str(REFERENCE)
+    params = get_lab("grade").parse_params(args.param)
+    with traced(path, spawned=not launch.in_torchrun()) as trace_dir:
+        result = checked(_run_or_join("grade", args, args.nproc, **lab_params(path, args.classes, trace_dir),
+                                      **params))
+    return _reported([result], lambda rs: report(rs[0]))
+
+
+COMMANDS = {"run": run_lab, "bench": run_bench, "grade": run_grade}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,27 +132,14 @@ def main(argv: list[str] | None = None) -> int:
                 print("".join(f"    --param {line}\n" for line in describe(lab.params)), end="")
         return EXIT_OK
     try:
-        if args.command == "grade":  # grader.main reports its own input and rank errors
-            from . import grader
-
-            return grader.main(args)
-        if args.command == "bench":
-            return run_bench(args)
-        params = get_lab(args.lab).parse_params(args.param)
-        if launch.in_torchrun():
-            result = launch.run_in_place(args.lab, args.backend, args.timeout, **params)
-            if result is None:  # not rank 0: rank 0 reports for everyone
-                return EXIT_OK
-        else:
-            result = launch.run(args.lab, args.nproc, args.backend, args.timeout, **params)
+        return COMMANDS[args.command](args)
     except LabConfigError as err:
         print(f"오류: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except LabError as err:
-        print(f"실습 실행 실패: {err}", file=sys.stderr)
+    except LabError as err:  # grade explains a deadlock or a dead rank in the reader's words
+        print(explain_error(err, args.timeout) if args.command == "grade" else f"실습 실행 실패: {err}",
+              file=sys.stderr)
         return EXIT_LAB_ERROR
     except LaunchInterrupted as err:  # SIGTERM, SIGHUP: the ranks are already stopped
         _say(f"중단: {err}")
         return err.code
-    print(result.to_json() if args.json else result.report())
-    return EXIT_OK if result.ok else EXIT_CHECK_FAILED

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import signal
 
+# The exit codes, one table: every command of ``python -m labs`` (run, bench, grade, list), a torchrun
+# rank's hang watch, the launcher and the tests read them from here.
+EXIT_OK = 0                # it ran and every check held
+EXIT_CHECK_FAILED = 1      # it ran and a check failed (grade: the reader's class failed a check)
+EXIT_BAD_INPUT = 2         # bad input (LabConfigError), said in Korean before any rank started
+EXIT_LAB_ERROR = 3         # a rank raised, died or did not finish in time
+EXIT_SIGNAL = 128          # + the signal that stopped the launcher (SIGHUP 129, SIGINT 130, SIGTERM 143), as a shell says
+EXIT_MAIN_REIMPORTED = 86  # a rank's own exit: it re-ran the main script (the launcher raises MainGuardMissing)
+
 
 class LabError(RuntimeError):
     """Base class of every error the lab engine raises."""
@@ -106,7 +115,7 @@ class LaunchInterrupted(SystemExit):
 
     def __init__(self, signum: int):
         self.signum = signum
-        super().__init__(128 + signum)
+        super().__init__(EXIT_SIGNAL + signum)
 
     def __str__(self) -> str:
         return f"{signal.Signals(self.signum).name} 신호를 받아 실행을 멈췄습니다. 띄운 랭크는 모두 종료했습니다."

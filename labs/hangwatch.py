@@ -18,10 +18,9 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from .errors import LabTimeoutError
+from .errors import EXIT_LAB_ERROR, LabTimeoutError
 from .stacks import OUTSIDE, describe_thread
 
-EXIT_LAB_ERROR = 3
 _GATHER_GRACE = 5.0   # how long rank 0 waits for the other ranks' lines after the deadline
 _LATER = 2.0          # how much later than the hung ranks the waiting ranks exit
 _POLL = 0.1

@@ -38,8 +38,8 @@ import torch
 import torch.distributed as dist
 
 from .context import RankContext, check_nproc, device_for, resolve_backend
-from .errors import (LabConfigError, LabTimeoutError, LaunchInterrupted, MainGuardMissing, RankCrashedError,
-                     RankFailedError)
+from .errors import (EXIT_MAIN_REIMPORTED, LabConfigError, LabTimeoutError, LaunchInterrupted, MainGuardMissing,
+                     RankCrashedError, RankFailedError)
 from . import replay
 from .hangwatch import HangWatch, store_timeout
 from .registry import get_lab, lesson_modules
@@ -60,8 +60,6 @@ _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 _RANK_TIMEOUT_MARGIN = 30.0
 _STDERR_TAIL = 8192  # bytes of each rank's standard error kept for a crash report
-# A process that multiprocessing is bootstrapping re-ran the main script, which called labs.run again.
-EXIT_MAIN_REIMPORTED = 86
 # Imported once by the fork server, not by every rank: DDP's constructor imports torch._dynamo, and
 # train's ranks load their data with scikit-learn (labs.ddp.train_script imports it only then); each
 # costs seconds of CPU per process.

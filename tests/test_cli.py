@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import labs
-from labs.cli import EXIT_BAD_INPUT, EXIT_LAB_ERROR, EXIT_OK, main
+from labs.cli import main
+from labs.errors import EXIT_BAD_INPUT, EXIT_LAB_ERROR, EXIT_OK
 from labs.torchrun import REQUIRED, VARIABLES as TORCHRUN_VARIABLES, TorchrunEnv, detect
 
 from conftest import clean_env, has_hangul

@@ -11,10 +11,9 @@ import time
 import pytest
 
 from conftest import clean_env, has_hangul
+from labs.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_LAB_ERROR, EXIT_OK
 
 pytestmark = pytest.mark.timeout(240)
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LAB_ERROR = 0, 1, 2, 3
 
 
 def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -104,6 +103,6 @@ def test_reference_passes_every_check():
 
 def test_a_bug_gets_its_diagnosis_and_exit_1():
     proc = grade_cli("labs/ddp/bugs.py", "--class", "NoDivision")
-    assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
+    assert proc.returncode == EXIT_CHECK_FAILED, proc.stdout + proc.stderr
     assert "가장 가능성 높은 원인 (grads_averaged)" in proc.stdout and "N으로 나누지 않았습니다" in proc.stdout
     assert "[실패] torch DDP·단일 프로세스와 같은 결과 (matches_oracles)" in proc.stdout

@@ -17,7 +17,9 @@ import pytest
 
 import labs
 from conftest import clean_env, has_hangul
-from labs.grader import GRAD_CAUSES, GradeInputError, diagnosis, report
+from labs.errors import EXIT_BAD_INPUT
+from labs.grading import GradeInputError, diagnosis, report
+from labs.grading.hints import GRAD_CAUSES
 from labs.grading.judge import GRAD_CAUSE_NAMES
 
 pytestmark = pytest.mark.timeout(300)
@@ -390,7 +392,7 @@ def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     ("raise KeyboardInterrupt\n", ("KeyboardInterrupt", "my_ddp.py:{last}")),
     ("import os\nos._exit(0)\n", ("프로세스가 끝났습니다", "{last}행")),
     ("while True:\n    pass\n", ("제한 시간 10초", "my_ddp.py {first}행")),
-    ("import labs.lessons.grade as grade\nimport labs.grading.judge as judge\ngrade.TOLERANCE = judge.TOLERANCE = 1.0\n",
+    ("import labs.grading.judge as judge\njudge.TOLERANCE = 1.0\n",
      ("채점기의 값을 바꿨습니다", "TOLERANCE")),
 ], ids=["sys_exit", "keyboard_interrupt", "os_exit", "endless_import", "tampering"])
 def test_a_bad_file_is_exit_2_in_korean_within_the_timeout(tmp_path, tail, words, no_leftover_children):
@@ -399,7 +401,7 @@ def test_a_bad_file_is_exit_2_in_korean_within_the_timeout(tmp_path, tail, words
     lines = {"first": len(HEADER.splitlines()) + 2, "last": len(source.splitlines())}
     started = time.monotonic()
     proc = grade_cli(path, "--timeout", "10")
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.returncode == EXIT_BAD_INPUT, (proc.returncode, proc.stdout, proc.stderr)
     assert has_hangul(proc.stderr) and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     for word in words:
         assert word.format(**lines) in proc.stderr, (word, proc.stderr)

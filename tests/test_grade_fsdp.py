@@ -18,8 +18,11 @@ import pytest
 import labs
 from conftest import clean_env, has_hangul
 from labs.ddp.fsdp_bugs import BUGS
-from labs.grader import HINTS_OF, GradeInputError, cause_text, diagnosis, failed_checks, report
+from labs.errors import EXIT_BAD_INPUT
+from labs.grading import GradeInputError, diagnosis, failed_checks, report
 from labs.grading.fsdp_judge import CHECKS
+from labs.grading.hints import HINTS_OF
+from labs.grading.report import cause_text
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -171,4 +174,4 @@ def test_bad_class_is_exit_2_in_korean_before_ranks_start(tmp_path, monkeypatch,
     assert all(word in str(err.value) for word in words), str(err.value)
     proc = subprocess.run([sys.executable, "-m", "labs", "grade", path, "--class", "FullyShardedDP"],
                           capture_output=True, text=True, encoding="utf-8", timeout=120, env=clean_env())
-    assert proc.returncode == 2 and has_hangul(proc.stderr) and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == EXIT_BAD_INPUT and has_hangul(proc.stderr) and "Traceback" not in proc.stderr, proc.stderr

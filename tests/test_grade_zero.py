@@ -18,7 +18,9 @@ import pytest
 import labs
 from conftest import clean_env, has_hangul
 from labs.ddp.zero_bugs import BUGS
-from labs.grader import HINTS_OF, GradeInputError, diagnosis, failed_checks, report
+from labs.errors import EXIT_BAD_INPUT
+from labs.grading import GradeInputError, diagnosis, failed_checks, report
+from labs.grading.hints import HINTS_OF
 from labs.grading.zero_judge import CHECKS
 
 pytestmark = pytest.mark.timeout(300)
@@ -197,4 +199,4 @@ def test_bad_input_is_exit_2_in_korean_before_ranks_start(tmp_path, monkeypatch,
         labs.grade(path, name)
     assert all(word in str(err.value) for word in words), str(err.value)
     proc = grade_cli(path, "--class", name)
-    assert proc.returncode == 2 and has_hangul(proc.stderr) and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == EXIT_BAD_INPUT and has_hangul(proc.stderr) and "Traceback" not in proc.stderr, proc.stderr

@@ -25,7 +25,7 @@ import torch.distributed as dist
 import labs
 import labs.launch
 from labs.context import resolve_backend
-from labs.errors import LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
+from labs.errors import EXIT_SIGNAL, LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
 
 from conftest import clean_env, describe, has_hangul, live_children
 
@@ -401,10 +401,10 @@ def _wait_gone(sid: int, seconds: float) -> list[psutil.Process]:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("how, code", [
-    pytest.param("TERM", 143, id="SIGTERM"),
-    pytest.param("HUP", 129, id="SIGHUP"),
-    pytest.param("INT-group", 130, id="ctrl-c"),
-    pytest.param("TERM-group", 143, id="group-SIGTERM"),
+    pytest.param("TERM", EXIT_SIGNAL + signal.SIGTERM, id="SIGTERM"),
+    pytest.param("HUP", EXIT_SIGNAL + signal.SIGHUP, id="SIGHUP"),
+    pytest.param("INT-group", EXIT_SIGNAL + signal.SIGINT, id="ctrl-c"),
+    pytest.param("TERM-group", EXIT_SIGNAL + signal.SIGTERM, id="group-SIGTERM"),
     pytest.param("KILL", -9, id="SIGKILL"),
 ])
 def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how, code):
@@ -462,7 +462,7 @@ def test_a_grade_ended_by_sigterm_says_so_in_one_korean_line(tmp_path):
     finally:
         _kill_session(sid)
     assert not left, describe(left)
-    assert launcher.returncode == 143, (launcher.returncode, err[-2000:])
+    assert launcher.returncode == EXIT_SIGNAL + signal.SIGTERM, (launcher.returncode, err[-2000:])
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "중단" in lines[0] and has_hangul(lines[0]), err[-3000:]
 

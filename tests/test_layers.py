@@ -24,8 +24,6 @@ LABS = REPO / "labs"
 DDP_MAY_IMPORT = {"labs.context", "labs.comms", "labs.models", "labs.primitives", "labs.errors"}
 
 KNOWN = {
-    ("engine imports lesson", "labs.grader", "labs.lessons.grade"):
-        "the grader report reads REFERENCE from its lab; the grade29 branch moves the report into labs/grading/",
     ("engine imports lesson", "labs.cli", "labs.lessons.bench"):
         "`python -m labs bench` prints the bench lab's nccl-tests-shaped tables (labs/lessons/bench/report.py)",
     ("engine imports lesson", "labs.cli", "labs.lessons.bench.report"):

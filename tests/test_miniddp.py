@@ -12,8 +12,8 @@ import copy
 import pytest
 
 import labs
-from labs.grader import diagnosis, failed_checks, report
-from labs.lessons.grade import CHECKS
+from labs.grading import diagnosis, failed_checks, report
+from labs.grading.judge import CHECKS
 from labs.ddp.bugs import BUGS
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,9 +1,62 @@
-"""The report's words for the chapter 13 interfaces (the DDP's are :data:`labs.grader.HINTS`).
+"""The report's words for every check of every interface: a DDP (chapter 9), a ZeRO-1 optimizer and a
+small FSDP (chapter 13), next to the judges that order the checks (:mod:`labs.grading.judge` and its
+two siblings).
 
-For each check: what it looks at, the most likely cause when it fails, and where to fix it.
+For each check: what it looks at, the most likely cause when it fails, and where to fix it. For a
+``grads_averaged`` failure, what the gradients were instead (the judges' ``grad_cause``) and where to fix it.
 """
 
 from __future__ import annotations
+
+# DDP의 확인 항목마다: 무엇을 보는지, 실패했을 때 가장 가능성 높은 원인, 고칠 곳
+HINTS = {
+    "runs_without_error": ("채점 중 예외 없이 실행",
+                           "여러분의 코드가 예외를 냈습니다. 위의 파일:행이 그 자리입니다. 다른 확인은 이 예외 때문에 "
+                           "측정하지 못했거나 함께 실패했을 수 있습니다.",
+                           "예외가 난 줄"),
+    "same_collectives_on_ranks": ("모든 랭크가 같은 집합 통신을 같은 순서로",
+                                  "랭크마다 부르는 집합 통신이 다릅니다(버킷 크기나 순서를 랭크에 따라 다르게 계산했거나, 한 "
+                                  "랭크만 부르는 호출). 그대로 두면 서로 다른 크기의 버퍼를 더하거나, 한 랭크가 오지 않을 "
+                                  "호출을 기다리며 멈춥니다.",
+                                  "__init__의 버킷 나누기: 랭크 번호, 난수, 역전파 순서처럼 랭크마다 다를 수 있는 값에 기대지 마세요"),
+    "broadcast_at_construction": ("생성할 때 랭크 0의 파라미터를 나눠 주기",
+                                  "생성자에서 파라미터를 랭크 0에서 브로드캐스트하지 않았습니다. 랭크마다 다른 초기값으로 "
+                                  "출발하면 같은 평균 그래디언트로도 복제본이 끝까지 다릅니다.",
+                                  "__init__: 모든 파라미터에 dist.broadcast(tensor, src=0)"),
+    "buffers_broadcast": ("생성할 때 랭크 0의 버퍼도 나눠 주기",
+                          "파라미터는 맞췄지만 버퍼(BatchNorm의 running_mean·running_var 등)를 브로드캐스트하지 않았습니다. "
+                          "평가 모드의 출력이 랭크마다 달라집니다. 위에 이름이 나온 버퍼입니다.",
+                          "__init__: module.buffers()도 dist.broadcast(buffer, src=0)"),
+    "handles_waited": ("돌아올 때 모든 통신이 끝나 있기",
+                       "finish_gradient_synchronization()이 돌아온 뒤에도 p.grad가 바뀌었습니다: 끝나지 않은 All-Reduce가 "
+                       "남아 있었습니다(핸들이나 퓨처를 기다리지 않음, 또는 .then()으로 이은 퓨처를 기다리지 않음). "
+                       "옵티마이저가 합이 도착하기 전의 값을 씁니다. 실행마다 결과가 달라지는 경쟁 상태입니다.",
+                       "finish_gradient_synchronization(): 모든 핸들(또는 마지막에 이은 퓨처)에 .wait()를 부른 뒤 돌아오세요"),
+    "grads_averaged": ("finish 직후 p.grad = 전역 배치의 평균 그래디언트", "", ""),
+    "reduced_during_backward": ("그래디언트가 준비되면 역전파 중에 통신 시작",
+                                "역전파가 끝난 뒤에야 All-Reduce를 시작했습니다. 훅이 불리지 않거나(걸지 않음, 잘못된 텐서에 "
+                                "걸음) 모든 통신을 finish_gradient_synchronization()에서 하고 있습니다.",
+                                "파라미터마다 p.register_post_accumulate_grad_hook(hook)처럼 그래디언트가 준비될 때 불리는 "
+                                "훅에서 All-Reduce를 시작하세요"),
+    "collectives_per_iteration": ("반복마다의 All-Reduce 배치",
+                                  "All-Reduce의 배치가 맞지 않습니다(측정값에 이유가 있습니다). 반복마다 호출이 늘어나면 훅을 "
+                                  "반복마다 다시 걸고 있는 것이고, 원소가 두 번 보내지면 같은 텐서를 두 버킷에 넣은 것입니다.",
+                                  "훅과 버킷은 __init__에서 한 번만 만들고, 버킷은 bytes(numel × element_size)로 cap과 비교"),
+    "launch_order": ("역전파와 통신의 겹침",
+                     "첫 All-Reduce가 모든 그래디언트가 준비된 뒤에야 시작했습니다. 버킷을 순전파 순서로 채우면 0번 버킷에 "
+                     "맨 앞 층이 들어가는데, 그 그래디언트는 역전파의 맨 마지막에 나옵니다. 결과는 맞아도 겹침이 사라집니다.",
+                     "버킷은 reversed(파라미터 목록) 순서로 채우고, 훅에서 버킷이 차는 즉시 시작하세요"),
+    "frozen_untouched": ("얼린 파라미터는 통신도 변경도 없이",
+                         "requires_grad=False인 파라미터를 통신 대상에 넣었거나 그 값을 바꿨습니다.",
+                         "통신할 파라미터 목록: [p for p in module.parameters() if p.requires_grad]"),
+    "tied_reduced_once": ("공유 가중치는 한 번만",
+                          "두 층이 공유하는 가중치를 두 번 보냈습니다. 층마다 파라미터를 모으면 같은 텐서가 두 번 나옵니다.",
+                          "module.parameters()는 같은 텐서를 한 번만 냅니다: 층별 목록이나 named_parameters(remove_duplicate=False)를 쓰지 마세요"),
+    "matches_oracles": ("torch DDP·단일 프로세스와 같은 결과",
+                        "여러 스텝 뒤 파라미터가 torch DDP, 전역 배치 단일 프로세스와 다릅니다. 위의 다른 실패가 있다면 그것부터 "
+                        "고치세요.",
+                        "finish_gradient_synchronization(): 기다린 뒤 p.grad를 world_size로 나누기"),
+}
 
 ZERO_HINTS = {
     "same_collectives_on_ranks": ("모든 랭크가 같은 집합 통신을 같은 순서로",
@@ -95,3 +148,33 @@ FSDP_CAUSES = {
     "wrong": ("한 스텝이 쓴 그래디언트가 평균과 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것)과도 맞지 않습니다.",
               "Reduce-Scatter한 조각이 내 샤드의 자리(rank × 샤드 크기부터)와 맞는지, 패딩을 어디에 두었는지 보세요"),
 }
+
+# grads_averaged가 실패했을 때 그래디언트가 무엇이었는지(labs.grading.judge.grad_cause)에 따른 원인과 고칠 곳
+GRAD_CAUSES = {
+    "missing": ("finish 뒤 p.grad가 None입니다: 그래디언트를 지웠거나 새 텐서로 바꿔 끼웠습니다.",
+                "p.grad를 None으로 두지 말고 평균을 p.grad에 제자리(in-place)로 쓰세요"),
+    "not_reduced": ("p.grad가 이 랭크 자신의 그래디언트 그대로입니다(또는 그것을 N으로 나눈 값): All-Reduce가 p.grad에 닿지 "
+                    "않았습니다. p.data(파라미터 값)를 보냈거나, register_hook이 받은 텐서처럼 p.grad가 아닌 텐서를 보냈거나, "
+                    "이 파라미터들에 훅이 없습니다.",
+                    "훅에서 p.grad를 All-Reduce하세요(p.register_post_accumulate_grad_hook). 위에 나온 파라미터가 일부뿐이면 "
+                    "그 파라미터들이 훅이나 버킷에서 빠졌습니다"),
+    "not_divided": ("p.grad가 평균의 N배입니다: All-Reduce는 합만 구하는데 N으로 나누지 않았습니다(SGD의 스텝이 N배).",
+                    "finish_gradient_synchronization(): 기다린 뒤 p.grad를 world_size로 나누기"),
+    "divided_twice": ("p.grad가 평균을 한 번 더 N으로 나눈 값입니다: 두 번 나눴습니다(보내기 전에 한 번, 받은 뒤에 한 번 등).",
+                      "나누기는 합을 받은 뒤 한 번만"),
+    "stale_handles": ("첫 반복은 맞고 그 뒤 반복에서 p.grad가 평균의 1/N^k입니다: 지난 반복의 핸들 목록을 비우지 않아 "
+                      "finish가 예전 항목까지 다시 나눕니다.",
+                      "finish_gradient_synchronization() 끝에서 핸들 목록을 비우세요(self.pending.clear())"),
+    "stale": ("p.grad가 지난 반복의 평균 그래디언트입니다: 버킷 버퍼에 이번 그래디언트를 복사하지 않았거나, 지난 반복의 결과를 "
+              "되돌려 썼습니다.",
+              "훅에서 이번 p.grad를 버퍼에 복사하고, 기다린 뒤 버퍼에서 p.grad로 되돌려 쓰세요"),
+    "wrong_op": ("p.grad가 랭크들의 그래디언트를 원소마다 {op}로 모은 값(또는 그것을 N으로 나눈 값)입니다: All-Reduce의 op가 "
+                 "합(SUM)이 아닙니다. 평균은 합을 N으로 나눈 것입니다.",
+                 "dist.all_reduce(tensor)의 op를 기본값 dist.ReduceOp.SUM으로 두고, 받은 뒤 N으로 나누세요"),
+    "wrong": ("p.grad가 평균 그래디언트와 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것, 지난 반복)과도 맞지 않습니다.",
+              "버퍼의 어느 조각이 어느 파라미터인지(순서, view 모양)를 확인하세요"),
+}
+
+# 인터페이스마다(labs.grading.source.kind_of) 확인의 설명: 예외는 어느 인터페이스든 같은 말로
+HINTS_OF = {"ddp": HINTS, "zero": {"runs_without_error": HINTS["runs_without_error"], **ZERO_HINTS},
+            "fsdp": {"runs_without_error": HINTS["runs_without_error"], **FSDP_HINTS}}

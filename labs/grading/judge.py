@@ -2,16 +2,16 @@
 
 The reader's file never runs in this process, so nothing it does can change a threshold here. The
 order of :data:`CHECKS` is the order of diagnosis: an exception in the reader's code leads, then the
-checks whose failure explains the later ones.
+checks whose failure explains the later ones. This module judges a DDP; the chapter 13 judges reuse its
+tools, and :mod:`labs.grading.summary` picks the judge of each class.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from ..ddp.buckets import MIB
-from ..result import Summary, check_at_most, check_close, check_equal, check_true, not_applicable
+from ..result import check_at_most, check_close, check_equal, check_true, not_applicable
 from .probes import OPTIMIZERS
 
 TOLERANCE = 1e-5   # 파라미터 비교: torch.testing의 float32 기본 atol
@@ -27,7 +27,7 @@ PROBE_OF = {"broadcast_at_construction": "broadcast", "buffers_broadcast": "broa
             "tied_reduced_once": "tied"}
 PROBE_NAMES = {"broadcast": "버퍼가 있는 모델을 감쌀 때", "train": "학습 반복에서", "frozen": "얼린 파라미터가 있는 모델에서",
                "tied": "가중치를 공유하는 모델에서"}
-# 그래디언트가 기준과 다를 때의 원인 (judge가 고르고 grader.GRAD_CAUSES가 설명한다)
+# 그래디언트가 기준과 다를 때의 원인 (judge가 고르고 hints.GRAD_CAUSES가 설명한다)
 GRAD_CAUSE_NAMES = ("missing", "not_reduced", "not_divided", "divided_twice", "stale_handles", "stale", "wrong_op",
                     "wrong")
 
@@ -294,58 +294,3 @@ def class_checks(ranks: list[dict], j: int, params: dict) -> tuple[list, dict]:
         diffs={opt: {k: max(r["diffs"][opt][k] for r in t) for k in ("ddp", "single")} for opt in OPTIMIZERS} if t else None,
         tied_value_diff=max(r["value_diff"] for r in tied) if tied else None, mismatch=mismatch)
     return checks, facts
-
-
-def judge_of(kind: str):
-    """``class_checks`` of an interface (:func:`labs.grading.source.kind_of`)."""
-    return class_checks if kind == "ddp" else _sharded_judge(kind).class_checks
-
-
-def checks_of(kind: str) -> tuple[str, ...]:
-    """The checks of an interface in the order of diagnosis."""
-    return CHECKS if kind == "ddp" else _sharded_judge(kind).CHECKS
-
-
-def _sharded_judge(kind: str):
-    from . import fsdp_judge, zero_judge  # 그 모듈들이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
-
-    return zero_judge if kind == "zero" else fsdp_judge
-
-
-def input_error(ranks: list[dict]) -> str | None:
-    """Why the file could not be graded at all (exit 2): its import, a change to the grader, a class's shape."""
-    for r in ranks:
-        if r["import_error"]:
-            e = r["import_error"]
-            advice = ("sys.exit()·exit()·quit()는 랭크를 끝내 버립니다. 파일 맨 위에서 부르지 말고 "
-                      "if __name__ == \"__main__\": 아래로 옮기세요." if e["kind"] in ("SystemExit", "KeyboardInterrupt")
-                      else "파일 맨 위(함수와 클래스 밖)에서 실행되는 코드를 확인하세요.")
-            return (f"파일을 불러오는(import) 동안 랭크 {r['rank']}에서 {e['kind']}이(가) 났습니다: {e['text']}\n"
-                    f"채점기는 랭크마다 이 파일을 불러옵니다. {advice}")
-    for r in ranks:
-        if r["tampered"]:
-            return (f"이 파일이 채점기의 값을 바꿨습니다: {', '.join(r['tampered'][:5])}. 채점기 모듈(labs.…)에 값을 "
-                    "대입하지 마세요. 판정 기준은 여러분의 코드가 닿지 않는 부모 프로세스에 있어 결과는 바뀌지 않습니다.")
-    for cls in ranks[0]["classes"]:
-        if cls["input_error"]:
-            return cls["input_error"]
-    return None
-
-
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
-    problem = input_error(ranks)
-    if problem is not None:
-        checks = [check_true(f"{name}.runs_without_error", False, problem, "파일을 불러와 클래스를 만들 수 있다")
-                  for name in params["classes"].split()]
-        return Summary({"classes": [], "tolerance": TOLERANCE, "input_error": problem}, checks)
-    checks, classes = [], []
-    for j, first in enumerate(ranks[0]["classes"]):
-        mine, facts = judge_of(first["kind"])(ranks, j, params)
-        checks += [dataclasses.replace(c, name=f"{first['name']}.{c.name}") for c in mine]
-        errors = {}
-        for r in ranks:
-            for probe, text in r["classes"][j]["errors"].items():
-                errors.setdefault(probe, f"랭크 {r['rank']}: {text}")
-        classes.append({"name": first["name"], "kind": first["kind"], "bucketed": first["bucketed"], "errors": errors,
-                        **facts, "checks": [c.name for c in mine]})
-    return Summary({"classes": classes, "tolerance": TOLERANCE, "input_error": None}, checks)

@@ -1,4 +1,5 @@
-"""The ranks' side of the grader: the reader's file is imported and run only here, inside each rank.
+"""The probes of a DDP class, run inside each rank by :mod:`labs.grading.rank`, and the measuring tools
+the chapter 13 probes share.
 
 Nothing here judges. Each probe records raw measurements for :mod:`labs.grading.judge`, which runs in
 the parent where the reader's code cannot reach its thresholds:
@@ -20,38 +21,23 @@ the parent where the reader's code cannot reach its thresholds:
 A ZeRO-1 optimizer (``ShardedOptimizer`` or any ``torch.optim.Optimizer``) runs the probes of
 :mod:`labs.grading.zero_probes` instead, a small FSDP (``FullyShardedDP``) those of
 :mod:`labs.grading.fsdp_probes`.
-
-Every class runs on a fresh process group wrapped in torch's collective checker (the wrapper that
-``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs): ranks that issue different collectives get a named
-error at that call instead of a hang, or gloo aborting the process.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import inspect
-import json
-import os
-import re
-import sys
-import threading
 import time
-import traceback
 from collections import Counter
-from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed import distributed_c10d
 
 from ..comms import CollectiveCounter, carried_bytes, mark
 from ..context import RankContext
 from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..primitives import max_abs_diff
-from .source import class_error, kind_of
 
 LR = 0.05
 # AdamW는 0에 가까운 그래디언트 성분을 eps 정도까지 키운다: 기본 eps=1e-8이면 합하는 순서에 따른 반올림 차이
@@ -62,8 +48,6 @@ OPTIMIZERS = {name: lambda params, cls=cls, kwargs=kwargs: cls(params, **kwargs)
               for name, (cls, kwargs) in OPTIMIZER_ARGS.items()}
 PROBES = ("broadcast", "train", "frozen", "tied")
 STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다리지 않은 All-Reduce는 finish가 돌아올 때 끝났을 수 없다
-WATCH_S = 0.2     # 멈춘 곳을 적는 간격
-MISMATCH = "Detected mismatch between collectives"
 READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
 END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
 
@@ -93,105 +77,6 @@ class TiedPair(nn.Module):
 def buffered_model(width: int) -> nn.Sequential:
     """A model with buffers (BatchNorm's running statistics) next to its parameters."""
     return nn.Sequential(nn.Linear(width, width), nn.BatchNorm1d(width), nn.ReLU(), nn.Linear(width, width))
-
-
-# --- 멈춘 곳과 불러오기 단계: 부모가 제한 시간 뒤에 읽는다 ----------------------------------------------
-
-class StackWatch:
-    """Keeps ``rank{r}.json`` in ``folder`` up to date: the phase (``import`` or ``run``) and the main
-    thread's current stack, so that after a deadline or a dead rank the parent can name the reader's line."""
-
-    def __init__(self, folder: str, rank: int):
-        self.path = Path(folder) / f"rank{rank}.json" if folder else None
-        self.phase = "start"
-        self._main = threading.get_ident()
-        self._stop = threading.Event()
-        self._last = None
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> "StackWatch":
-        if self.path is not None:
-            threading.Thread(target=self._loop, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-
-    def set_phase(self, phase: str) -> None:
-        self.phase = phase
-        self.write()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(WATCH_S):
-            self.write()
-
-    def write(self) -> None:
-        if self.path is None:
-            return
-        frame = sys._current_frames().get(self._main)
-        frames = [[f.filename, f.lineno, f.name, f.line or ""] for f in traceback.extract_stack(frame)] if frame else []
-        state = {"phase": self.phase, "frames": frames}
-        with self._lock:
-            if state == self._last:
-                return
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(state), encoding="utf-8")
-            os.replace(tmp, self.path)
-            self._last = state
-
-
-def describe_error(error: BaseException, path: str) -> str:
-    """``file:line: code — Type: message`` at the deepest frame of the reader's file (else the last frame)."""
-    frames = traceback.extract_tb(error.__traceback__)
-    mine = [f for f in frames if Path(f.filename).resolve() == Path(path).resolve()] or frames[-1:]
-    where = f"{Path(mine[-1].filename).name}:{mine[-1].lineno}: {(mine[-1].line or '').strip()} — " if mine else ""
-    text = str(error).strip().splitlines()
-    return f"{where}{type(error).__name__}: {text[0] if text else ''}"
-
-
-def import_file(path: str, watch: StackWatch):
-    """The reader's module, or ``(None, error)``: any BaseException at import (SystemExit too) is recorded."""
-    watch.set_phase("import")
-    try:
-        spec = importlib.util.spec_from_file_location(f"reader_ddp_{Path(path).stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # @dataclass 등 클래스의 모듈을 sys.modules에서 찾는 코드를 위해
-        spec.loader.exec_module(module)
-    except BaseException as error:  # SystemExit, KeyboardInterrupt도: 채점기를 끝내게 두지 않는다
-        return None, {"kind": type(error).__name__, "text": describe_error(error, path)}
-    finally:
-        watch.set_phase("run")
-    return module, None
-
-
-def grader_state() -> dict[str, int]:
-    """What every loaded ``labs`` module binds (name -> object id): a reader's assignment changes it."""
-    return {f"{name}.{key}": id(value) for name, module in list(sys.modules.items())
-            if name == "labs" or name.startswith("labs.") for key, value in list(vars(module).items())
-            if not key.startswith("__")}
-
-
-def changed(before: dict[str, int]) -> list[str]:
-    after = grader_state()
-    return sorted(key for key, ident in before.items() if after.get(key) != ident)
-
-
-@contextmanager
-def checked_group(backend: str):
-    """A fresh process group behind torch's collective checker, the default for the block; yields the
-    original default group (for the oracles, whose collectives are not the reader's)."""
-    level = dist.get_debug_level()
-    dist.set_debug_level(dist.DebugLevel.DETAIL)
-    try:
-        group = dist.new_group(backend=backend)
-    finally:
-        dist.set_debug_level(level)
-    original = distributed_c10d._world.default_pg
-    distributed_c10d._update_default_pg(group)
-    try:
-        yield original
-    finally:
-        distributed_c10d._update_default_pg(original)
 
 
 # --- 측정 ----------------------------------------------------------------------------------------------
@@ -412,75 +297,3 @@ def probe_tied(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
 
 
 PROBE_FNS = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen, "tied": probe_tied}
-
-
-def probe_table(kind: str) -> tuple[tuple[str, ...], dict]:
-    """The probes of an interface (:func:`labs.grading.source.kind_of`), in the order they run."""
-    if kind == "ddp":
-        return PROBES, PROBE_FNS
-    # 그 모듈들이 이 모듈의 도구를 쓴다: 여기서 불러야 순환하지 않는다
-    from . import fsdp_probes, zero_probes
-
-    chosen = zero_probes if kind == "zero" else fsdp_probes
-    return chosen.PROBES, chosen.PROBE_FNS
-
-
-def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> dict:
-    """Every probe for one class; an exception is recorded with the reader's line, a mismatch stops the rest."""
-    cls = getattr(module, name, None)
-    try:
-        problem = class_error(name, cls)
-    except (TypeError, ValueError) as error:  # 시그니처를 읽을 수 없는 호출 가능 객체
-        problem = f"{name}의 생성자 모양을 읽을 수 없습니다: {error}"
-    kind = kind_of(name, cls)
-    out: dict = {"name": name, "kind": kind, "bucketed": problem is None and kind == "ddp" and takes_cap(cls),
-                 "input_error": problem, "errors": {}, "phases": {}, "mismatch": None}
-    if problem is not None:
-        return out
-    names, fns = probe_table(kind)
-    with checked_group(ctx.backend) as original:
-        for key in names:
-            try:
-                out[key] = fns[key](ctx, cls, cfg, original)
-            except BaseException as error:  # 읽는 사람의 코드가 낸 것은 무엇이든 기록한다 (SystemExit도)
-                if MISMATCH in str(error):  # 모든 랭크가 같은 호출에서 함께 알아챈다
-                    out["mismatch"] = _short_mismatch(str(error))
-                    break
-                out["errors"][key] = describe_error(error, path)
-                out["phases"][key] = getattr(error, "labs_phase", None)  # 13장의 FSDP 검사가 붙이는 단계
-    return out
-
-
-def _short_mismatch(text: str) -> str:
-    """torch's mismatch message in the reader's words: which call each rank made."""
-    calls = re.findall(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),?\s*"
-                       r"OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?", text)
-    if not calls:
-        return text.split(".Collectives differ")[0][:400]
-    ranks = ", ".join(f"랭크 {rank}: {op}" + (f" 원소 [{shape}]" if shape else "")
-                      for rank, _, op, shape in sorted(set(calls)))
-    return f"{int(calls[0][1]) + 1}번째 집합 통신에서 랭크들이 서로 다른 호출을 했습니다 ({ranks})"
-
-
-def _agree(ctx: RankContext, ok: bool) -> bool:
-    """Whether every rank is ``ok`` (so that no rank goes on grading alone and waits for the others)."""
-    flag = torch.tensor([1 if ok else 0], device=ctx.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
-
-
-def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: dict) -> dict:
-    """The rank's record: the import's outcome, any change to the grader's modules, each class's probes."""
-    record = {"import_error": None, "tampered": [], "classes": []}
-    with StackWatch(trace_dir, ctx.rank) as watch:
-        before = grader_state()
-        module, record["import_error"] = import_file(path, watch)
-        record["tampered"] = changed(before)
-        if not _agree(ctx, module is not None and not record["tampered"]):
-            return record
-        for name in classes:
-            record["classes"].append(grade_class(ctx, module, path, name, cfg))
-            record["tampered"] = changed(before)
-            if not _agree(ctx, not record["tampered"]):
-                break
-    return record

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import LabConfigError
 
+REFERENCE = Path(__file__).resolve().parents[1] / "ddp" / "miniddp.py"  # 파일을 주지 않으면 채점하는 참조 구현
 DEFAULT_CLASSES = ("PerParameterDDP", "BucketedDDP")
 KINDS = {"ShardedOptimizer": "zero", "FullyShardedDP": "fsdp"}  # 이 이름의 클래스는 13장의 인터페이스로 채점한다
 MAX_BYTES = 1 << 20           # 채점할 파일의 최대 크기: 손으로 쓴 DDP는 몇 KiB
@@ -117,6 +118,14 @@ def _node_kind(node: ast.ClassDef) -> str:
         return "zero"
     methods = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     return "fsdp" if "gather_full_params" in methods else "ddp"
+
+
+def validate_params(params: dict, world_size: int) -> None:
+    """The ``grade`` lab's ``validate``: the file and classes, checked once before spawning (Korean errors)."""
+    names = params["classes"].split()
+    if len(set(names)) != len(names):
+        raise LabConfigError(f"classes에 같은 클래스가 두 번 있습니다: {params['classes']!r}. 한 번씩만 적으세요.")
+    validate_file(params["path"] or REFERENCE, names)
 
 
 def validate_file(path: str | Path, classes) -> list[str]:

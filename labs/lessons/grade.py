@@ -1,41 +1,28 @@
 """Chapter 9 lab: grade a from-scratch DDP class on real ranks (``python -m labs grade PATH``).
 
-The parent checks the file from its syntax tree (:mod:`labs.grading.source`) and never executes it.
-Each rank imports it under guard and runs the probes (:mod:`labs.grading.probes`); the verdicts are
-computed here in the parent from the ranks' records (:mod:`labs.grading.judge`), where every
-threshold lives.
+The grader lives in :mod:`labs.grading`: the parent checks the file from its syntax tree before any
+rank starts (:mod:`labs.grading.source`); each rank imports it under guard and runs the probes of its
+interface (:mod:`labs.grading.rank`); the verdicts are computed in the parent from the ranks' records
+(:mod:`labs.grading.summary`), where every threshold lives. This module is the lab around them.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..context import RankContext
-from ..errors import LabConfigError
-from ..grading import probes
-from ..grading.judge import CHECKS, TOLERANCE, summarize
-from ..grading.source import validate_file
+from ..grading import rank
+from ..grading.source import REFERENCE, validate_params
+from ..grading.summary import summarize
 from ..params import Float, Folder, InputFile, Int, Text, seed
 from ..registry import Lab
 
-__all__ = ["CHECKS", "LAB", "REFERENCE", "TOLERANCE"]
-
-REFERENCE = Path(__file__).resolve().parents[1] / "ddp" / "miniddp.py"
-
-
-def validate(params: dict, world_size: int) -> None:
-    """The file and classes, checked once before spawning from the syntax tree (Korean errors)."""
-    names = params["classes"].split()
-    if len(set(names)) != len(names):
-        raise LabConfigError(f"classes에 같은 클래스가 두 번 있습니다: {params['classes']!r}. 한 번씩만 적으세요.")
-    validate_file(params["path"] or REFERENCE, names)
+__all__ = ["LAB"]
 
 
 def rank_fn(ctx: RankContext, path: str, classes: str, trace_dir: str, bucket_cap_mb: float, steps: int,
             per_rank_batch: int, width: int, depth: int, seed: int) -> dict:
     cfg = {"bucket_cap_mb": bucket_cap_mb, "steps": steps, "per_rank_batch": per_rank_batch, "width": width,
            "depth": depth, "seed": seed}
-    return {**ctx.describe(), **probes.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, cfg)}
+    return {**ctx.describe(), **rank.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, cfg)}
 
 
 LAB = Lab(
@@ -45,7 +32,7 @@ LAB = Lab(
     summarize=summarize,
     chapter=9,
     default_nproc=2,
-    validate=validate,
+    validate=validate_params,
     params={"path": InputFile("", help="채점할 파이썬 파일 (비우면 참조 구현 labs/ddp/miniddp.py)"),
             "classes": Text("BucketedDDP", allow_empty=False, help="채점할 클래스 이름(여러 개면 공백으로 구분)"),
             "trace_dir": Folder("", help="랭크가 불러오기 단계와 멈춘 곳을 적는 폴더 (labs.grade가 임시 폴더를 준다)"),
