@@ -93,6 +93,11 @@ def _cycles(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     return {tuple(sorted((a, b))) for a, edges in graph.items() for b in edges if reaches(b, a)}
 
 
+def _lesson_of(module: str) -> str:
+    """The lab a lesson module belongs to: ``labs.lessons.bench.measure`` -> ``labs.lessons.bench``."""
+    return ".".join(module.split(".")[:3])
+
+
 def violations(graph: dict[str, set[str]]) -> set[tuple[str, str, str]]:
     found = set()
     for module, edges in graph.items():
@@ -101,7 +106,7 @@ def violations(graph: dict[str, set[str]]) -> set[tuple[str, str, str]]:
                 found.add(("ddp imports engine", module, target))
             if _is_engine(module) and _is_lesson(target):
                 found.add(("engine imports lesson", module, target))
-            if _is_lesson(module) and _is_lesson(target):
+            if _is_lesson(module) and _is_lesson(target) and _lesson_of(module) != _lesson_of(target):
                 found.add(("lesson imports lesson", module, target))
     found |= {("cycle", a, b) for a, b in _cycles(graph)}
     return found
@@ -134,7 +139,13 @@ def test_the_rules_catch_a_broken_layout():
     }
 
 
+def test_a_lesson_package_may_import_its_own_modules_only():
+    graph = {"labs.lessons.bench": {"labs.lessons.bench.measure"},
+             "labs.lessons.bench.summary": {"labs.lessons.bench.measure", "labs.lessons.zero"}}
+    assert violations(graph) == {("lesson imports lesson", "labs.lessons.bench.summary", "labs.lessons.zero")}
+
+
 def test_relative_imports_resolve_to_modules():
     graph = import_graph()
     assert "labs.launch" in graph["labs.cli"]
-    assert "labs.grading.probes" in graph["labs.lessons.grade"]
+    assert "labs.grading.rank" in graph["labs.lessons.grade"]
