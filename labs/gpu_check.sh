@@ -106,20 +106,24 @@ for lab in $LABS; do
   fi
 done
 
-# 9장 채점기: 참조 구현을 python -m labs grade로 (torchrun 아래에서는 랭크마다 그대로 실행)
-if (( GPUS >= 2 )); then
-  if [[ "${GPU_CHECK_TORCHRUN:-0}" == 1 ]]; then
-    run_one grade-cli "torchrun N=$NPROC nccl" -- "$PYTHON" -m torch.distributed.run --standalone \
-      --nproc_per_node="$NPROC" -m labs grade labs/ddp/miniddp.py --backend nccl --timeout "$LAB_TIMEOUT"
+# 9·13장 채점기: 참조 구현 셋(DDP, ZeRO-1, FSDP)을 python -m labs grade로 (torchrun 아래에서는 랭크마다 그대로 실행)
+for reference in "labs/ddp/miniddp.py" "labs/ddp/zero.py --class ShardedOptimizer" "labs/ddp/fsdp.py --class FullyShardedDP"; do
+  read -r -a graded <<< "$reference"
+  name="grade-$(basename "${graded[0]}" .py)"
+  if (( GPUS >= 2 )); then
+    if [[ "${GPU_CHECK_TORCHRUN:-0}" == 1 ]]; then
+      run_one "$name" "torchrun N=$NPROC nccl" -- "$PYTHON" -m torch.distributed.run --standalone \
+        --nproc_per_node="$NPROC" -m labs grade "${graded[@]}" --backend nccl --timeout "$LAB_TIMEOUT"
+    else
+      run_one "$name" "N=$NPROC nccl" -- "$PYTHON" -m labs grade "${graded[@]}" --nproc "$NPROC" --backend nccl \
+        --timeout "$LAB_TIMEOUT"
+    fi
+  elif (( GPUS == 1 )); then
+    run_one "$name" "N=1 nccl" -- "$PYTHON" -m labs grade "${graded[@]}" --nproc 1 --backend nccl --timeout "$LAB_TIMEOUT"
   else
-    run_one grade-cli "N=$NPROC nccl" -- "$PYTHON" -m labs grade labs/ddp/miniddp.py --nproc "$NPROC" --backend nccl \
-      --timeout "$LAB_TIMEOUT"
+    run_one "$name" "N=2 gloo" -- "$PYTHON" -m labs grade "${graded[@]}" --nproc 2 --backend gloo --timeout "$LAB_TIMEOUT"
   fi
-elif (( GPUS == 1 )); then
-  run_one grade-cli "N=1 nccl" -- "$PYTHON" -m labs grade labs/ddp/miniddp.py --nproc 1 --backend nccl --timeout "$LAB_TIMEOUT"
-else
-  run_one grade-cli "N=2 gloo" -- "$PYTHON" -m labs grade labs/ddp/miniddp.py --nproc 2 --backend gloo --timeout "$LAB_TIMEOUT"
-fi
+done
 
 # 10장의 함정: 버그(멈춤·예외·프로세스 종료를 확인)와 고친 코드를 모두. 랭크가 2개 이상이어야 함정이 생긴다.
 run_one traps-all "N=$(( NPROC >= 2 ? NPROC : 2 )) bug+fix" -- "$PYTHON" -m labs.lessons.traps --nproc "$(( NPROC >= 2 ? NPROC : 2 ))"
