@@ -109,7 +109,8 @@ def predicted_pieces(depth: int, cap_mb: float) -> list[list[int]]:
     ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (Dynamo passes only ``bucket_bytes_cap``), the others at the cap.
     Each piece as the sorted indices of its parameters (weight 2i, bias 2i+1 of layer i)."""
     layer_bytes = (WIDTH * WIDTH + WIDTH) * 4
-    pieces = group_by_size([layer_bytes] * depth, int(cap_mb * MIB), dist._DEFAULT_FIRST_BUCKET_BYTES, nbytes=int)
+    pieces = group_by_size(list(range(depth)), int(cap_mb * MIB), dist._DEFAULT_FIRST_BUCKET_BYTES,
+                           nbytes=lambda layer: layer_bytes)  # 출력 쪽부터 센 층 번호 k
     return [sorted(2 * (depth - 1 - k) + j for k in piece for j in (0, 1)) for piece in pieces]
 
 
