@@ -14,6 +14,7 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -445,7 +446,16 @@ SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0":
              "shape": shape_summary, "lr_scaling": lr_scaling_summary, "seed": seed_summary}
 
 
-def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **p) -> dict:
+class TrapsRecord(TypedDict):
+    """What each rank of the 'traps' lab returns, and its summary data: one shape for every trap, since
+    each trap measures something different (that goes under ``measured``)."""
+
+    trap: str
+    variant: str
+    measured: dict[str, Any]
+
+
+def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **p) -> TrapsRecord:
     if stderr_dir:  # C++ 쪽(gloo)이 프로세스를 끝내기 직전에 쓰는 문장을 observe()가 읽을 수 있게
         stderr_to(Path(stderr_dir) / f"rank{ctx.rank}.txt")
     return {"trap": trap, "variant": variant, "measured": RANK_FNS[trap](ctx, variant, p)}
@@ -456,9 +466,6 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     trap, variant = params["trap"], params["variant"]
     inner = SUMMARIES[trap]([r["measured"] for r in ranks], variant, params)
     return Summary({"trap": trap, "variant": variant, "measured": inner.data}, inner.checks)
-
-
-KEYS = frozenset({"trap", "variant", "measured"})  # 함정마다 재는 것이 달라 그 내용은 "measured" 아래에 둔다
 
 
 def validate(params: dict, world_size: int) -> None:
@@ -493,8 +500,8 @@ LAB = Lab(
     chapter=10,
     default_nproc=2,
     validate=validate,
-    record_keys=KEYS,
-    data_keys=KEYS,
+    record=TrapsRecord,
+    data=TrapsRecord,
     params={"trap": Choice("no_sync", TRAPS, help="함정 이름"),
             "variant": Choice("bug", VARIANTS, help="bug: 함정 그대로, fix: 고친 코드"),
             "micro_steps": Int(4, min=1, max=64, help="no_sync: 누적할 마이크로 스텝 수 K"),
