@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from ..context import Described, RankContext
 from ..grading import rank
+from ..grading.probes import ProbeConfig
 from ..grading.source import REFERENCE, validate_params
 from ..grading.summary import GradeData, summarize
 from ..params import Float, Folder, InputFile, Int, Text, seed
@@ -30,9 +31,8 @@ class GradeRecord(Described):
 
 def rank_fn(ctx: RankContext, path: str, classes: str, trace_dir: str, bucket_cap_mb: float, steps: int,
             per_rank_batch: int, width: int, depth: int, seed: int) -> GradeRecord:
-    cfg = {"bucket_cap_mb": bucket_cap_mb, "steps": steps, "per_rank_batch": per_rank_batch, "width": width,
-           "depth": depth, "seed": seed}
-    return {**ctx.describe(), **rank.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, cfg)}
+    config = ProbeConfig(bucket_cap_mb, steps, per_rank_batch, width, depth, seed)
+    return {**ctx.describe(), **rank.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, config)}
 
 
 LAB = Lab(
