@@ -72,10 +72,10 @@ def test_no_sync_bug_syncs_every_micro_step(no_sync_runs):
 
 def test_no_sync_checks_catch_the_other_variant(no_sync_runs):
     p = no_sync_runs["bug"].params
-    assert failing(traps.trap_summary("no_sync", inner(no_sync_runs["bug"]), "fix", p)) == {"synced_micro_steps",
-                                                                                    "first_grad_still_local"}
-    assert failing(traps.trap_summary("no_sync", inner(no_sync_runs["fix"]), "bug", p)) == {"synced_micro_steps",
-                                                                                    "first_grad_already_averaged"}
+    bug, fix = inner(no_sync_runs["bug"]), inner(no_sync_runs["fix"])
+    assert failing(traps.trap_summary("no_sync", bug, "fix", p)) == {"synced_micro_steps", "first_grad_still_local"}
+    assert failing(traps.trap_summary("no_sync", fix, "bug", p)) == {"synced_micro_steps",
+                                                                     "first_grad_already_averaged"}
 
 
 # ----------------------------------------------------------------------------- 2. unused parameter
@@ -103,11 +103,12 @@ def test_unused_checks_fail_on_a_broken_record(unused_runs):
         r["runs"]["default"]["error"] = ""
         r["runs"]["default"]["params_after_first"] = bug[0]["runs"]["default"]["params_after_first"]
     assert failing(traps.trap_summary("unused", bug, "bug", unused_runs["bug"].params)) == {"reducer_error",
-                                                                                    "replicas_drift_silently"}
+                                                                                            "replicas_drift_silently"}
     for r in fix:  # 추가 All-Reduce가 없었다면
         for step in r["runs"]["find_unused_parameters"]["log"]:
             step["items"] = [i for i in step["items"] if i["dtype"] != "int32"]
-    assert "find_unused_extra_all_reduce" in failing(traps.trap_summary("unused", fix, "fix", unused_runs["fix"].params))
+    assert "find_unused_extra_all_reduce" in failing(traps.trap_summary("unused", fix, "fix",
+                                                                        unused_runs["fix"].params))
 
 
 # ----------------------------------------------------------------------------- 3. evaluation on rank 0 only
@@ -219,9 +220,9 @@ def test_seed(seed_runs):
     b = bug.params["per_rank_batch"]
     assert set(bug.data["measured"]["distinct_masks"]) == {b}
     assert failing(traps.trap_summary("seed", inner(bug), "fix", bug.params)) == {"distinct_masks_in_global_batch",
-                                                                        "identical_noise_ranks"}
+                                                                                  "identical_noise_ranks"}
     assert failing(traps.trap_summary("seed", inner(fix), "bug", fix.params)) == {"distinct_masks_in_global_batch",
-                                                                        "identical_noise_ranks"}
+                                                                                  "identical_noise_ranks"}
 
 
 # ----------------------------------------------------------------------------- engine edges

@@ -69,7 +69,8 @@ def _gathered_equal(ranks: list[dict], key: str) -> float:
 
 # ----------------------------------------------------------------------------- 1. no_sync
 
-def no_sync_rank(ctx: RankContext, variant: str, *, micro_steps: int, per_rank_batch: int, lr: float, seed: int) -> dict:
+def no_sync_rank(ctx: RankContext, variant: str, *, micro_steps: int, per_rank_batch: int, lr: float,
+                 seed: int) -> dict:
     k, b = micro_steps, per_rank_batch
     x, y = synthetic_regression(ctx.world_size * k * b, seed=seed)
     torch.manual_seed(seed)
@@ -231,7 +232,8 @@ def eval_rank0_summary(ranks: list[dict], variant: str) -> Summary:
 
 # ----------------------------------------------------------------------------- 4. sampler.set_epoch
 
-def set_epoch_rank(ctx: RankContext, variant: str, *, samples: int, per_rank_batch: int, epochs: int, seed: int) -> dict:
+def set_epoch_rank(ctx: RankContext, variant: str, *, samples: int, per_rank_batch: int, epochs: int,
+                   seed: int) -> dict:
     dataset = TensorDataset(torch.arange(samples))
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=seed)
     loader = DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler)
