@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 import torch.distributed as dist
@@ -12,9 +13,19 @@ import torch.distributed as dist
 from .errors import LabConfigError
 
 BACKENDS = ("auto", "gloo", "nccl")
-# The keys of RankContext.describe(): labs that return it declare them in their record_keys.
-DESCRIBE_KEYS = frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host"})
 MAX_CPU_RANKS = 64
+
+
+class Described(TypedDict):
+    """What :meth:`RankContext.describe` returns; a lab's record type that spreads it inherits this."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: str
+    pid: int
+    host: str
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,7 @@ class RankContext:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def describe(self) -> dict:
+    def describe(self) -> Described:
         """Facts that show this rank is a real, separate OS process."""
         return {
             "rank": self.rank,

@@ -7,7 +7,7 @@ import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, is_typeddict
 
 from .context import RankContext
 from .errors import LabConfigError
@@ -22,11 +22,12 @@ Summarize = Callable[[list, str, dict], Summary]
 class Lab:
     """A lesson run on every rank (``rank_fn``) and turned into checks (``summarize``).
 
-    ``rank_fn(ctx, **params)`` returns one record (a dict of plain data) per rank; ``summarize(ranks,
-    backend, params)`` receives the records in rank order and returns a :class:`Summary` (data and
-    checks). The engine validates the parameters against ``params`` before spawning, checks every
-    record against ``record_keys`` and the summary against ``data_keys`` (a renamed field fails here,
-    naming the lab), and builds the :class:`LabResult`.
+    ``rank_fn(ctx, **params)`` returns one record (a dict of plain data) per rank, typed by the
+    ``TypedDict`` ``record``; ``summarize(ranks, backend, params)`` receives the records in rank order
+    and returns a :class:`Summary` whose data is typed by the ``TypedDict`` ``data``. The engine
+    validates the parameters against ``params`` before spawning, checks every record's keys against
+    ``record`` and the summary's against ``data`` (a renamed field fails here, naming the lab), and
+    builds the :class:`LabResult`.
     """
 
     name: str
@@ -34,12 +35,27 @@ class Lab:
     rank_fn: RankFn
     summarize: Summarize
     params: dict[str, Spec] = field(default_factory=dict)
-    record_keys: frozenset[str] | None = None
-    data_keys: frozenset[str] | None = None
+    record: type | None = None  # a TypedDict: the keys of every rank's record
+    data: type | None = None  # a TypedDict: the keys of the summary's data
     default_nproc: int = 2
     # Rules between parameters or with the world size; raises LabConfigError (Korean).
     validate: Callable[[dict, int], None] | None = None
     chapter: int = 99  # the book chapter that teaches it (orders `python -m labs list`)
+
+    def __post_init__(self) -> None:
+        for what, typed in (("record", self.record), ("data", self.data)):
+            if typed is not None and not is_typeddict(typed):
+                raise TypeError(f"lab {self.name!r}: {what} must be a TypedDict, got {typed!r}")
+
+    @property
+    def record_keys(self) -> frozenset[str] | None:
+        """The keys every rank's record has: the fields of ``record``."""
+        return typed_keys(self.record)
+
+    @property
+    def data_keys(self) -> frozenset[str] | None:
+        """The keys of the summary's data: the fields of ``data``."""
+        return typed_keys(self.data)
 
     def resolve_params(self, overrides: dict[str, Any], world_size: int) -> dict[str, Any]:
         """Defaults merged with ``overrides``, each checked by its spec, then ``validate``d."""
@@ -78,6 +94,11 @@ class Lab:
             raise TypeError(f"lab {self.name!r}: duplicate check names {sorted(n for n in names if names.count(n) > 1)}")
         return LabResult(self.name, len(records), backend, records, dict(summary.data),
                          {c.name: c for c in summary.checks}, dict(params))
+
+
+def typed_keys(typed: type | None) -> frozenset[str] | None:
+    """The field names of a ``TypedDict`` (its own and those it inherits); ``None`` for ``None``."""
+    return None if typed is None else frozenset(typed.__required_keys__ | typed.__optional_keys__)
 
 
 def _check_keys(lab: str, what: str, record: dict, declared: frozenset[str] | None) -> None:

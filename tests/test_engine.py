@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import TypedDict, is_typeddict
 
 import pytest
+import torch
 
 import labs
+from labs.context import Described, RankContext
 from labs.registry import Lab
 from labs.result import (Summary, check_at_least, check_at_most, check_close, check_equal, check_true,
                          not_applicable)
@@ -48,21 +51,56 @@ def test_a_result_without_checks_is_not_ok():
         empty.assert_ok()
 
 
-def _lab(summarize, **kw) -> Lab:
-    return Lab(name="toy", description="장난감", rank_fn=lambda ctx: {"v": 1}, summarize=summarize, **kw)
+class ToyRecord(TypedDict):
+    v: int
+
+
+class ToyData(TypedDict):
+    total: int
+
+
+def _lab(summarize, rank_fn=lambda ctx: {"v": 1}, **kw) -> Lab:
+    return Lab(name="toy", description="장난감", rank_fn=rank_fn, summarize=summarize, **kw)
 
 
 def test_the_engine_builds_the_result_and_checks_declared_keys():
     lab = _lab(lambda ranks, backend, params: Summary({"total": sum(r["v"] for r in ranks)},
                                                       [check_equal("sum", sum(r["v"] for r in ranks), 2, "d")]),
-               record_keys=frozenset({"v"}), data_keys=frozenset({"total"}))
+               record=ToyRecord, data=ToyData)
+    assert (lab.record_keys, lab.data_keys) == ({"v"}, {"total"})
     result = lab.finish([{"v": 1}, {"v": 1}], "gloo", {})
     assert (result.lab, result.world_size, result.backend, result.data, result.ok) == ("toy", 2, "gloo", {"total": 2}, True)
 
     renamed = _lab(lambda ranks, backend, params: Summary({"totl": 2}, [check_equal("sum", 2, 2, "d")]),
-                   data_keys=frozenset({"total"}))
+                   data=ToyData)
     with pytest.raises(TypeError, match="missing \\['total'\\], undeclared \\['totl'\\]"):
         renamed.finish([{"v": 1}], "gloo", {})
+
+
+@pytest.mark.parametrize("returned, message", [({}, "missing \\['v'\\], undeclared \\[\\]"),
+                                               ({"v": 1, "w": 2}, "missing \\[\\], undeclared \\['w'\\]")])
+def test_a_record_must_have_exactly_the_fields_of_its_typeddict(returned, message):
+    lab = _lab(lambda ranks, backend, params: Summary({}, []), rank_fn=lambda ctx: returned, record=ToyRecord)
+    ctx = RankContext(0, 1, 0, "gloo", torch.device("cpu"))
+    with pytest.raises(TypeError, match=f"lab 'toy': 랭크 기록 keys differ from the declared ones: {message}"):
+        lab.run_rank(ctx, {})
+
+
+def test_a_record_type_inherits_the_described_fields():
+    class Spread(Described):
+        sum: float
+
+    lab = _lab(lambda ranks, backend, params: Summary({}, []), rank_fn=lambda ctx: {**ctx.describe(), "sum": 1.0},
+               record=Spread)
+    ctx = RankContext(0, 1, 0, "gloo", torch.device("cpu"))
+    assert set(lab.run_rank(ctx, {})) == {"sum", *ctx.describe()} == lab.record_keys
+
+
+def test_record_and_data_must_be_typeddicts():
+    with pytest.raises(TypeError, match="record must be a TypedDict"):
+        _lab(lambda ranks, backend, params: Summary({}, []), record=dict)
+    with pytest.raises(TypeError, match="data must be a TypedDict"):
+        _lab(lambda ranks, backend, params: Summary({}, []), data=frozenset({"total"}))
 
 
 def test_a_summary_must_be_a_summary_with_unique_check_names():
@@ -73,6 +111,7 @@ def test_a_summary_must_be_a_summary_with_unique_check_names():
         _lab(lambda ranks, backend, params: Summary({}, twice)).finish([{"v": 1}], "gloo", {})
 
 
-def test_every_lab_declares_record_and_data_keys():
-    undeclared = [name for name, lab in labs.all_labs().items() if lab.record_keys is None or lab.data_keys is None]
-    assert labs.all_labs() and not undeclared, f"labs without declared record/data keys: {undeclared}"
+def test_every_lab_declares_typeddict_record_and_data():
+    undeclared = [name for name, lab in labs.all_labs().items()
+                  if not (is_typeddict(lab.record) and is_typeddict(lab.data))]
+    assert labs.all_labs() and not undeclared, f"labs without TypedDict record/data types: {undeclared}"

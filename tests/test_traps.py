@@ -72,10 +72,10 @@ def test_no_sync_bug_syncs_every_micro_step(no_sync_runs):
 
 def test_no_sync_checks_catch_the_other_variant(no_sync_runs):
     p = no_sync_runs["bug"].params
-    assert failing(traps.no_sync_summary(inner(no_sync_runs["bug"]), "fix", p)) == {"synced_micro_steps",
-                                                                                    "first_grad_still_local"}
-    assert failing(traps.no_sync_summary(inner(no_sync_runs["fix"]), "bug", p)) == {"synced_micro_steps",
-                                                                                    "first_grad_already_averaged"}
+    bug, fix = inner(no_sync_runs["bug"]), inner(no_sync_runs["fix"])
+    assert failing(traps.trap_summary("no_sync", bug, "fix", p)) == {"synced_micro_steps", "first_grad_still_local"}
+    assert failing(traps.trap_summary("no_sync", fix, "bug", p)) == {"synced_micro_steps",
+                                                                     "first_grad_already_averaged"}
 
 
 # ----------------------------------------------------------------------------- 2. unused parameter
@@ -102,12 +102,13 @@ def test_unused_checks_fail_on_a_broken_record(unused_runs):
     for r in bug:  # 예외가 나지 않았고 복제본이 같았다면
         r["runs"]["default"]["error"] = ""
         r["runs"]["default"]["params_after_first"] = bug[0]["runs"]["default"]["params_after_first"]
-    assert failing(traps.unused_summary(bug, "bug", unused_runs["bug"].params)) == {"reducer_error",
-                                                                                    "replicas_drift_silently"}
+    assert failing(traps.trap_summary("unused", bug, "bug", unused_runs["bug"].params)) == {"reducer_error",
+                                                                                            "replicas_drift_silently"}
     for r in fix:  # 추가 All-Reduce가 없었다면
         for step in r["runs"]["find_unused_parameters"]["log"]:
             step["items"] = [i for i in step["items"] if i["dtype"] != "int32"]
-    assert "find_unused_extra_all_reduce" in failing(traps.unused_summary(fix, "fix", unused_runs["fix"].params))
+    assert "find_unused_extra_all_reduce" in failing(traps.trap_summary("unused", fix, "fix",
+                                                                        unused_runs["fix"].params))
 
 
 # ----------------------------------------------------------------------------- 3. evaluation on rank 0 only
@@ -135,8 +136,8 @@ def test_set_epoch(epoch_runs):
     assert bug.ok and fix.ok, bug.report() + fix.report()
     assert bug.data["measured"]["repeated_global_batches"] == bug.data["measured"]["compared_global_batches"] > 0
     assert fix.data["measured"]["repeated_global_batches"] < fix.data["measured"]["compared_global_batches"]
-    assert failing(traps.set_epoch_summary(inner(bug), "fix", bug.params)) == {"distinct_epoch_orders"}
-    assert failing(traps.set_epoch_summary(inner(fix), "bug", fix.params)) == {"distinct_epoch_orders"}
+    assert failing(traps.trap_summary("set_epoch", inner(bug), "fix", bug.params)) == {"distinct_epoch_orders"}
+    assert failing(traps.trap_summary("set_epoch", inner(fix), "bug", fix.params)) == {"distinct_epoch_orders"}
 
 
 # ----------------------------------------------------------------------------- 5. a collective only rank 0 calls
@@ -202,8 +203,8 @@ def test_lr_scaling(lr_runs):
     bug, fix = lr_runs["bug"], lr_runs["fix"]
     assert bug.ok and fix.ok, bug.report() + fix.report()
     assert bug.data["measured"]["baseline"] == fix.data["measured"]["baseline"]  # 같은 기준 학습
-    assert failing(traps.lr_scaling_summary(inner(bug), "fix", bug.params)) == {"final_loss_vs_single"}
-    assert failing(traps.lr_scaling_summary(inner(fix), "bug", fix.params)) == {"final_loss_vs_single"}
+    assert failing(traps.trap_summary("lr_scaling", inner(bug), "fix", bug.params)) == {"final_loss_vs_single"}
+    assert failing(traps.trap_summary("lr_scaling", inner(fix), "bug", fix.params)) == {"final_loss_vs_single"}
 
 
 def test_learning_rate_schedule():
@@ -218,10 +219,10 @@ def test_seed(seed_runs):
     assert bug.ok and fix.ok, bug.report() + fix.report()
     b = bug.params["per_rank_batch"]
     assert set(bug.data["measured"]["distinct_masks"]) == {b}
-    assert failing(traps.seed_summary(inner(bug), "fix", bug.params)) == {"distinct_masks_in_global_batch",
-                                                                        "identical_noise_ranks"}
-    assert failing(traps.seed_summary(inner(fix), "bug", fix.params)) == {"distinct_masks_in_global_batch",
-                                                                        "identical_noise_ranks"}
+    assert failing(traps.trap_summary("seed", inner(bug), "fix", bug.params)) == {"distinct_masks_in_global_batch",
+                                                                                  "identical_noise_ranks"}
+    assert failing(traps.trap_summary("seed", inner(fix), "bug", fix.params)) == {"distinct_masks_in_global_batch",
+                                                                                  "identical_noise_ranks"}
 
 
 # ----------------------------------------------------------------------------- engine edges

@@ -30,7 +30,7 @@ from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import layer_stack, mse_backward, rank_batch, storage_bytes
 from ..primitives import max_abs_diff
-from .probes import OPTIMIZER_ARGS, _data, _oracle_grads, compare_grad, float_calls
+from .probes import OPTIMIZER_ARGS, ProbeConfig, _data, _oracle_grads, compare_grad, float_calls
 from .reach import reachable
 
 PROBES = ("train", "grads", "memory", "mixed")
@@ -74,18 +74,18 @@ def full_diff(full: dict, model: nn.Module) -> float | None:
     return max_abs_diff([full[k] for k in ref], list(ref.values()))
 
 
-def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
-    torch.manual_seed(cfg["seed"])
-    init = layer_stack(cfg["width"], cfg["depth"]).to(ctx.device)
-    x, y = _data(cfg["width"], cfg["steps"] * n * per_rank, cfg["seed"], ctx.device)
+def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    n, per_rank = ctx.world_size, cfg.per_rank_batch
+    torch.manual_seed(cfg.seed)
+    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
+    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
     out = {"names": [name for name, _ in init.named_parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
         single = copy.deepcopy(init)
         wrapped = cls(copy.deepcopy(init))
         mine, theirs = opt_cls(wrapped.parameters(), **kwargs), opt_cls(single.parameters(), **kwargs)
         calls = []
-        for step in range(cfg["steps"]):
+        for step in range(cfg.steps):
             mine.zero_grad()
             theirs.zero_grad()
             with CollectiveCounter() as counter:
@@ -100,11 +100,11 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
     return out
 
 
-def probe_grads(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
-    torch.manual_seed(cfg["seed"])
-    init = layer_stack(cfg["width"], cfg["depth"]).to(ctx.device)
-    x, y = _data(cfg["width"], n * per_rank, cfg["seed"] + 1, ctx.device)
+def probe_grads(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    n, per_rank = ctx.world_size, cfg.per_rank_batch
+    torch.manual_seed(cfg.seed)
+    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
+    x, y = _data(cfg.width, n * per_rank, cfg.seed + 1, ctx.device)
     wrapped = cls(copy.deepcopy(init))
     opt = torch.optim.SGD(wrapped.parameters(), lr=IMPLIED_LR)
     before = gathered(wrapped)
@@ -137,11 +137,11 @@ def _own(model: nn.Module) -> list[torch.Tensor]:
     return [t for p in model.parameters() for t in (p, p.grad)]
 
 
-def probe_memory(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
-    torch.manual_seed(cfg["seed"])
-    init = layer_stack(cfg["width"], cfg["depth"]).to(ctx.device)
-    x, y = rank_batch(*_data(cfg["width"], n * per_rank, cfg["seed"], ctx.device), ctx.rank, n, per_rank)
+def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    n, per_rank = ctx.world_size, cfg.per_rank_batch
+    torch.manual_seed(cfg.seed)
+    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
+    x, y = rank_batch(*_data(cfg.width, n * per_rank, cfg.seed, ctx.device), ctx.rank, n, per_rank)
     weights = [m.weight for m in init.modules() if isinstance(m, SHARDED)]
     shards = {id(w) for w in weights}
     single = copy.deepcopy(init)
@@ -163,11 +163,11 @@ def probe_memory(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
             "after_backward": alive_bytes([wrapped], _own(wrapped))}
 
 
-def probe_mixed(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
-    torch.manual_seed(cfg["seed"])
-    init = layer_stack(cfg["width"], cfg["depth"]).to(ctx.device)
-    x, y = _data(cfg["width"], n * per_rank, cfg["seed"], ctx.device)
+def probe_mixed(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    n, per_rank = ctx.world_size, cfg.per_rank_batch
+    torch.manual_seed(cfg.seed)
+    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
+    x, y = _data(cfg.width, n * per_rank, cfg.seed, ctx.device)
     wrapped = cls(copy.deepcopy(init), compute_dtype=torch.bfloat16)
     iteration(wrapped, *rank_batch(x, y, ctx.rank, n, per_rank))
     return {"params": [[name, _dtype(p), None if p.grad is None else _dtype(p.grad)]

@@ -29,6 +29,7 @@ import copy
 import inspect
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -50,6 +51,18 @@ PROBES = ("broadcast", "train", "frozen", "tied")
 STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다리지 않은 All-Reduce는 finish가 돌아올 때 끝났을 수 없다
 READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
 END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What every probe is run with: the model, the data and the reader's bucket size."""
+
+    bucket_cap_mb: float
+    steps: int
+    per_rank_batch: int
+    width: int
+    depth: int
+    seed: int
 
 
 def takes_cap(cls: type) -> bool:
@@ -176,11 +189,11 @@ def _iteration_calls(counter: CollectiveCounter) -> dict:
             "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY]}
 
 
-def probe_broadcast(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    torch.manual_seed(cfg["seed"] + 1 + ctx.rank)  # 랭크마다 다른 초기값
-    model = buffered_model(cfg["width"]).to(ctx.device)
+def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    torch.manual_seed(cfg.seed + 1 + ctx.rank)  # 랭크마다 다른 초기값
+    model = buffered_model(cfg.width).to(ctx.device)
     with torch.no_grad():  # 랭크마다 다른 데이터로 한 번: BatchNorm의 running 통계가 랭크마다 다르다
-        model(torch.randn(8, cfg["width"], device=ctx.device) + ctx.rank)
+        model(torch.randn(8, cfg.width, device=ctx.device) + ctx.rank)
     for name, buf in model.named_buffers():
         if not buf.is_floating_point():
             buf += ctx.rank
@@ -188,18 +201,18 @@ def probe_broadcast(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
     buffers0 = {name: b.detach().clone() for name, b in model.named_buffers()}
     for t in [*params0, *buffers0.values()]:  # 채점기가 랭크 0의 값을 미리 받아 둔다
         dist.broadcast(t, src=0, group=original)
-    wrapped = construct(cls, model, cfg["bucket_cap_mb"])
+    wrapped = construct(cls, model, cfg.bucket_cap_mb)
     inner = getattr(wrapped, "module", model)
     return {"max_diff": float((_flat(inner.parameters()) - _flat(params0)).abs().max()),
             "buffers": {name: float((_flat([b]) - _flat([buffers0[name]])).abs().max())
                         for name, b in inner.named_buffers() if name in buffers0}}
 
 
-def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
-    torch.manual_seed(cfg["seed"])
-    init = layer_stack(cfg["width"], cfg["depth"])
-    x, y = _data(cfg["width"], cfg["steps"] * n * per_rank, cfg["seed"], ctx.device)
+def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    n, per_rank = ctx.world_size, cfg.per_rank_batch
+    torch.manual_seed(cfg.seed)
+    init = layer_stack(cfg.width, cfg.depth)
+    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
     out = {"names": [name for name, _ in init.named_parameters()],
            "sizes": [p.numel() * p.element_size() for p in init.parameters()],
            "numels": [p.numel() for p in init.parameters()], "iterations": [], "diffs": {}}
@@ -212,10 +225,10 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
         ddp = wrap_ddp(copy.deepcopy(init), ctx.device, process_group=original)
         single = copy.deepcopy(init).to(ctx.device)
         oracle = copy.deepcopy(init).to(ctx.device)
-        wrapped = construct(cls, model, cfg["bucket_cap_mb"])
+        wrapped = construct(cls, model, cfg.bucket_cap_mb)
         optimizers = [OPTIMIZERS[opt_name](m.parameters()) for m in (model, ddp, single)]
         previous = None
-        for step in range(cfg["steps"]):
+        for step in range(cfg.steps):
             for opt in optimizers:
                 opt.zero_grad()
             mine = rank_batch(x, y, ctx.rank, n, per_rank, step)
@@ -250,16 +263,16 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
     return out
 
 
-def _elements_per_iteration(ctx: RankContext, cls: type, cfg: dict, model: nn.Module, optimizer) -> list[int]:
+def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model: nn.Module, optimizer) -> list[int]:
     """All-reduced elements in each of two iterations (the process group's work items)."""
-    x, y = _data(cfg["width"], ctx.world_size * cfg["per_rank_batch"], cfg["seed"], ctx.device)
+    x, y = _data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
     elements = []
-    wrapped = construct(cls, model, cfg["bucket_cap_mb"])
+    wrapped = construct(cls, model, cfg.bucket_cap_mb)
     opt = optimizer(model.parameters())
     for _ in range(2):
         opt.zero_grad()
         with CollectiveCounter() as counter:
-            mse_backward(wrapped, *rank_batch(x, y, ctx.rank, ctx.world_size, cfg["per_rank_batch"]))
+            mse_backward(wrapped, *rank_batch(x, y, ctx.rank, ctx.world_size, cfg.per_rank_batch))
             wrapped.finish_gradient_synchronization()
             settle(ctx)
         opt.step()
@@ -267,9 +280,9 @@ def _elements_per_iteration(ctx: RankContext, cls: type, cfg: dict, model: nn.Mo
     return elements
 
 
-def probe_frozen(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    torch.manual_seed(cfg["seed"])
-    model = layer_stack(cfg["width"], cfg["depth"]).to(ctx.device)
+def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    torch.manual_seed(cfg.seed)
+    model = layer_stack(cfg.width, cfg.depth).to(ctx.device)
     frozen = list(model[0].parameters())
     for p in frozen:
         p.requires_grad_(False)
@@ -281,12 +294,12 @@ def probe_frozen(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
             "frozen_change": float((_flat(frozen) - before).abs().max())}
 
 
-def probe_tied(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    torch.manual_seed(cfg["seed"])
-    model = TiedPair(cfg["width"]).to(ctx.device)
+def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    torch.manual_seed(cfg.seed)
+    model = TiedPair(cfg.width).to(ctx.device)
     single = copy.deepcopy(model)  # 전역 배치로 같은 두 스텝을 밟는 단일 프로세스 (값은 보고만 한다)
     elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.SGD(params, lr=LR))
-    x, y = _data(cfg["width"], ctx.world_size * cfg["per_rank_batch"], cfg["seed"], ctx.device)
+    x, y = _data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
     opt = torch.optim.SGD(single.parameters(), lr=LR)
     for _ in range(2):
         opt.zero_grad()

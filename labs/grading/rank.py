@@ -29,7 +29,7 @@ from torch.distributed import distributed_c10d
 
 from ..context import RankContext
 from . import fsdp_probes, probes, zero_probes
-from .probes import takes_cap
+from .probes import ProbeConfig, takes_cap
 from .source import class_error, kind_of
 
 WATCH_S = 0.2     # 멈춘 곳을 적는 간격
@@ -136,7 +136,7 @@ def checked_group(backend: str):
         distributed_c10d._update_default_pg(original)
 
 
-def grade_class(ctx: RankContext, module, path: str, name: str, cfg: dict) -> dict:
+def grade_class(ctx: RankContext, module, path: str, name: str, cfg: ProbeConfig) -> dict:
     """Every probe for one class; an exception is recorded with the reader's line, a mismatch stops the rest."""
     cls = getattr(module, name, None)
     try:
@@ -180,7 +180,7 @@ def _agree(ctx: RankContext, ok: bool) -> bool:
     return bool(flag.item())
 
 
-def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: dict) -> dict:
+def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: ProbeConfig) -> dict:
     """The rank's record: the import's outcome, any change to the grader's modules, each class's probes."""
     record = {"import_error": None, "tampered": [], "classes": []}
     with StackWatch(trace_dir, ctx.rank) as watch:

@@ -9,6 +9,7 @@ input error instead of checks.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, TypedDict
 
 from ..result import Summary, check_true
 from . import fsdp_judge, judge, zero_judge
@@ -40,6 +41,14 @@ def input_error(ranks: list[dict]) -> str | None:
         if cls["input_error"]:
             return cls["input_error"]
     return None
+
+
+class GradeData(TypedDict):
+    """The summary data of the 'grade' lab."""
+
+    classes: list[dict[str, Any]]
+    tolerance: float
+    input_error: str | None
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:

@@ -27,7 +27,7 @@ from ..comms import CollectiveCounter
 from ..context import RankContext
 from ..models import fingerprint, layer_stack, mse_backward, rank_batch, storage_bytes, wrap_ddp
 from ..primitives import max_abs_diff
-from .probes import OPTIMIZER_ARGS, _data, float_calls
+from .probes import OPTIMIZER_ARGS, ProbeConfig, _data, float_calls
 from .reach import reachable
 
 PROBES = ("train", "groups")
@@ -58,11 +58,11 @@ def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
     return storage_bytes(t for t in tensors if t.untyped_storage().data_ptr() not in skip)
 
 
-def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
-    torch.manual_seed(cfg["seed"])
-    init = layer_stack(cfg["width"], cfg["depth"])
-    x, y = _data(cfg["width"], cfg["steps"] * n * per_rank, cfg["seed"], ctx.device)
+def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    n, per_rank = ctx.world_size, cfg.per_rank_batch
+    torch.manual_seed(cfg.seed)
+    init = layer_stack(cfg.width, cfg.depth)
+    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
     names = [name for name, _ in init.named_parameters()]
     out = {"names": names, "numels": [p.numel() for p in init.parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
@@ -72,7 +72,7 @@ def probe_train(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
         mine = cls(model.parameters(), opt_cls, **kwargs)
         theirs = [opt_cls(m.parameters(), **kwargs) for m in (ref, single)]
         steps, first = [], None
-        for step in range(cfg["steps"]):
+        for step in range(cfg.steps):
             mine.zero_grad()
             for opt in theirs:
                 opt.zero_grad()
@@ -107,11 +107,11 @@ def _halves(model: nn.Module) -> tuple[list, list]:
     return params[:len(params) // 2], params[len(params) // 2:]
 
 
-def probe_groups(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
-    n, per_rank = ctx.world_size, cfg["per_rank_batch"]
-    torch.manual_seed(cfg["seed"])
-    init = layer_stack(cfg["width"], cfg["depth"])
-    x, y = _data(cfg["width"], cfg["steps"] * n * per_rank, cfg["seed"], ctx.device)
+def probe_groups(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+    n, per_rank = ctx.world_size, cfg.per_rank_batch
+    torch.manual_seed(cfg.seed)
+    init = layer_stack(cfg.width, cfg.depth)
+    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
     model, ref = copy.deepcopy(init), copy.deepcopy(init)
     ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
     opt_cls, kwargs = OPTIMIZER_ARGS["sgd"]
@@ -120,7 +120,7 @@ def probe_groups(ctx: RankContext, cls: type, cfg: dict, original) -> dict:
     mine.add_param_group({"params": later, "lr": LATER_LR})  # 생성한 뒤에 더한 그룹: 다른 학습률
     theirs = opt_cls(ref_early, **kwargs)
     theirs.add_param_group({"params": ref_later, "lr": LATER_LR})
-    for step in range(cfg["steps"]):
+    for step in range(cfg.steps):
         for opt, wrapped in ((mine, ddp), (theirs, ref_ddp)):
             opt.zero_grad()
             mse_backward(wrapped, *rank_batch(x, y, ctx.rank, n, per_rank, step))

@@ -14,12 +14,13 @@ runs three variants from the same initial model and counts the All-Reduce calls 
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import Any, TypedDict
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
                       wrap_ddp)
 from ..params import Float, Int, seed
@@ -63,11 +64,28 @@ def run_variant(ctx: RankContext, variant: str, micro_batches: list, lr: float, 
             "params": flat_parameters(model).tolist()}
 
 
-def rank_fn(ctx: RankContext, micro_steps: int, micro_batch: int, lr: float, seed: int) -> dict:
+class AccumulationRecord(Described):
+    """What each rank of the 'accumulation' lab returns."""
+
+    sync_every: dict[str, Any]
+    no_sync: dict[str, Any]
+    big_batch: dict[str, Any]
+
+
+def rank_fn(ctx: RankContext, micro_steps: int, micro_batch: int, lr: float, seed: int) -> AccumulationRecord:
     x, y = synthetic_regression(ctx.world_size * micro_steps * micro_batch, seed=seed)
     micro_batches = [tuple(t.to(ctx.device) for t in rank_batch(x, y, ctx.rank, ctx.world_size, micro_batch, step))
                      for step in range(micro_steps)]
     return {**ctx.describe(), **{v: run_variant(ctx, v, micro_batches, lr, seed) for v in VARIANTS}}
+
+
+class AccumulationData(TypedDict):
+    """The summary data of the 'accumulation' lab."""
+
+    counts: dict[str, int]
+    max_diff_vs_big: dict[str, float]
+    tolerance: float
+    global_batch: int
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -109,6 +127,6 @@ LAB = Lab(
             "micro_batch": Int(4, min=1, max=1024, help="마이크로 스텝 하나의 랭크당 배치"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"sync_every", "no_sync", "big_batch"},
-    data_keys=frozenset({"counts", "global_batch", "max_diff_vs_big", "tolerance"}),
+    record=AccumulationRecord,
+    data=AccumulationData,
 )

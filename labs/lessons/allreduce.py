@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
 
 from ..comms import written_bytes
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..primitives import max_abs_diff, sync
 from ..models import (fingerprint_tensors, flat_gradients, mse_backward, rank_batch, synthetic_regression,
                       tiny_mlp)
@@ -123,8 +124,24 @@ def gradient_mean_vs_global(ctx: RankContext, per_rank_batch: int, seed: int) ->
     }
 
 
+class AllreduceRecord(Described):
+    """What each rank of the 'allreduce' lab returns."""
+
+    numel: int
+    bytes_per_element: int
+    sample_index: list[int]
+    library: dict[str, Any]
+    naive: dict[str, Any]
+    ring: dict[str, Any]
+    demo_states: list[dict[str, Any]]
+    grad_local_vs_global: float
+    grad_mean_vs_global: float
+    grad_sum_norm_ratio: float
+    grad_global_max: float
+
+
 def rank_fn(ctx: RankContext, numel: int, repeats: int, seed: int, demo_per_chunk: int,
-            per_rank_batch: int) -> dict:
+            per_rank_batch: int) -> AllreduceRecord:
     x = make_input(ctx.rank, numel, seed).to(ctx.device)
     runs = {name: _measure(name, x, repeats, ctx.device) for name in IMPLEMENTATIONS}
     library = runs["library"]["mean"]
@@ -168,6 +185,19 @@ def ring_theory_bytes(numel: int, world_size: int, bytes_per_element: int) -> fl
 def expected_mean(world_size: int, numel: int, seed: int) -> torch.Tensor:
     """The exact mean (float64) of every rank's known input."""
     return sum(make_input(r, numel, seed).double() for r in range(world_size)) / world_size
+
+
+class AllreduceData(TypedDict):
+    """The summary data of the 'allreduce' lab."""
+
+    per_rank_batch: int
+    size_bytes: int
+    chunk_sizes: list[int]
+    ring_theory_bytes: float
+    ring_exact_bytes: list[int]
+    max_error: dict[str, float]
+    seconds: dict[str, float]
+    demo: dict[str, Any]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -296,9 +326,6 @@ LAB = Lab(
             "seed": seed(),
             "demo_per_chunk": Int(1, min=1, max=64, help="링 그림에 쓸 청크당 원소 수"),
             "per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N")},
-    record_keys=DESCRIBE_KEYS | {"numel", "bytes_per_element", "sample_index", *IMPLEMENTATIONS, "demo_states",
-                                 "grad_local_vs_global", "grad_mean_vs_global", "grad_sum_norm_ratio",
-                                 "grad_global_max"},
-    data_keys=frozenset({"per_rank_batch", "size_bytes", "chunk_sizes", "ring_theory_bytes", "ring_exact_bytes",
-                         "max_error", "seconds", "demo"}),
+    record=AllreduceRecord,
+    data=AllreduceData,
 )

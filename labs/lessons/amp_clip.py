@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from typing import Any, TypedDict
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn import functional as F
 
 from ..comms import CollectiveCounter, written_bytes
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import (fingerprint, flat_gradients, flat_parameters, layer_stack, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Choice, Float, Int, seed
@@ -167,8 +168,17 @@ def hook_run(ctx: RankContext, hook: str, per_rank_batch: int, lr: float, seed: 
     return {"wrote": wrote, "moved": max_abs_diff(flat_parameters(model), init), "params": flat_parameters(model)}
 
 
+class AmpClipRecord(Described):
+    """What each rank of the 'amp_clip' lab returns."""
+
+    scaler: dict[str, Any]
+    clip: dict[str, dict[str, Any]]
+    accumulated: dict[str, dict[str, Any]]
+    hooks: dict[str, Any]
+
+
 def rank_fn(ctx: RankContext, lr: float, micro_steps: int, micro_batch: int, clip_ratio: float, inf_step: int,
-            mistake: str, seed: int) -> dict:
+            mistake: str, seed: int) -> AmpClipRecord:
     n, k, b = ctx.world_size, micro_steps, micro_batch
     steps = inf_step + 2  # inf 스텝 다음 스텝이 다시 업데이트하는지까지 본다
     x, y = synthetic_regression(steps * n * k * b, seed=seed)
@@ -193,6 +203,19 @@ def rank_fn(ctx: RankContext, lr: float, micro_steps: int, micro_batch: int, cli
     bf16 = bf16_hook_outcome(ctx, tiny_mlp())
     return {**ctx.describe(), "scaler": scaler, "clip": clip, "accumulated": accumulated,
             "hooks": {**hooks, "drift": drift, "bf16": bf16}}
+
+
+class AmpClipData(TypedDict):
+    """The summary data of the 'amp_clip' lab."""
+
+    scale_trace: list[list[float]]
+    grads_finite: list[list[bool]]
+    clip_norms: dict[str, Any]
+    local_norms: list[list[float]]
+    wrong_clip_error: float
+    bytes_written: dict[str, list[int]]
+    fp16_drift: float
+    bf16_hook: str
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -291,7 +314,6 @@ LAB = Lab(
             "mistake": Choice("none", MISTAKES, help="scaler_step_in_no_sync: no_sync 안의 마이크로 스텝마다 "
                               "scaler.step/update를 부르는 잘못된 순서"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"scaler", "clip", "accumulated", "hooks"},
-    data_keys=frozenset({"scale_trace", "grads_finite", "clip_norms", "local_norms", "wrong_clip_error",
-                         "bytes_written", "fp16_drift", "bf16_hook"}),
+    record=AmpClipRecord,
+    data=AmpClipData,
 )

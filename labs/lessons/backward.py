@@ -13,11 +13,13 @@ The summary gathers every rank's ``g_i`` and compares the DDP gradient with thei
 
 from __future__ import annotations
 
+from typing import Any, TypedDict
+
 import torch
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import count_parameters, flat_gradients, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
 from ..primitives import make_optimizer, max_abs_diff
@@ -50,7 +52,21 @@ def ddp_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor, watched: torc
     return synced, loss, backward_comm, seen_in_backward
 
 
-def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_seed: int) -> dict:
+class BackwardRecord(Described):
+    """What each rank of the 'backward' lab returns."""
+
+    loss: float
+    n_params: int
+    watched_numel: int
+    param_shapes: list[list]
+    local_grad: list[float]
+    hook_grad: list[float]
+    ddp_grad: list[float]
+    comm: dict[str, Any]
+    backward_items: list[dict[str, Any]]
+
+
+def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_seed: int) -> BackwardRecord:
     torch.manual_seed(seed)
     ddp = wrap_ddp(tiny_mlp(), ctx.device)
     data = synthetic_regression(ctx.world_size * per_rank_batch, seed=data_seed)
@@ -107,6 +123,19 @@ def _comm_checks(ranks: list[dict]) -> list[Check]:
     ]
 
 
+class BackwardData(TypedDict):
+    """The summary data of the 'backward' lab."""
+
+    n_params: int
+    local_norms: list[float]
+    ddp_norms: list[float]
+    mean: list[float]
+    sum_norm_ratio: float
+    losses: list[float]
+    comm: dict[str, Any]
+    backward_items: list[dict[str, Any]]
+
+
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     g = gradient_summary(ranks)
@@ -147,8 +176,6 @@ LAB = Lab(
     params={"per_rank_batch": Int(8, min=1, max=1024, help="랭크당 배치 B/N"),
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed(), "data_seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"loss", "n_params", "watched_numel", "param_shapes", "local_grad", "hook_grad",
-                                 "ddp_grad", "comm", "backward_items"},
-    data_keys=frozenset({"n_params", "local_norms", "ddp_norms", "mean", "sum_norm_ratio", "losses", "comm",
-                         "backward_items"}),
+    record=BackwardRecord,
+    data=BackwardData,
 )

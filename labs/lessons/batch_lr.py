@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..errors import LabConfigError
 from ..models import flat_parameters
 from ..params import Choice, Float, Int, seed
@@ -107,8 +108,15 @@ def train_epochs(model: nn.Module, cfg: TrainConfig, peak_lr: float, warmup_step
     return {"curve": curve, "steps_per_epoch": steps, "lrs": lrs}
 
 
+class BatchLRRecord(Described):
+    """What each rank of the 'batch_lr' lab returns."""
+
+    single: dict[str, Any] | None
+    regimes: dict[str, dict[str, Any]]
+
+
 def rank_fn(ctx: RankContext, global_batch: int, lr: float, epochs: int, warmup_epochs: int, seed: int,
-            grad_reduce: str) -> dict:
+            grad_reduce: str) -> BatchLRRecord:
     # 64·64짜리 작은 층: 스레드 하나가 가장 빠르다. 코어를 나눠 쓰는 기계에서 N=1에 스레드 여럿을 주면
     # 스텝마다 스레드끼리 기다리느라 몇 배 느려진다(이 빌드 기계에서 잰 것)
     torch.set_num_threads(1)
@@ -138,6 +146,16 @@ def _train_all(ctx: RankContext, global_batch: int, lr: float, epochs: int, warm
         regimes[regime] = {**run, "global_batch": batch, "per_rank_batch": batch // ctx.world_size,
                            "peak_lr": peak, "params": flat_parameters(ddp.module).tolist()}
     return {**ctx.describe(), "single": single, "regimes": regimes}
+
+
+class BatchLRData(TypedDict):
+    """The summary data of the 'batch_lr' lab."""
+
+    single: dict[str, Any]
+    regimes: dict[str, dict[str, Any]]
+    final_ratio: dict[str, float]
+    max_diff_fixed_global: float
+    tolerance: float
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -211,6 +229,6 @@ LAB = Lab(
             "seed": seed(),
             "grad_reduce": Choice("mean", GRAD_REDUCE, help="DDP가 그래디언트를 평균(mean) 또는 일부러 합(sum)")},
     validate=validate,
-    record_keys=DESCRIBE_KEYS | {"single", "regimes"},
-    data_keys=frozenset({"single", "regimes", "final_ratio", "max_diff_fixed_global", "tolerance"}),
+    record=BatchLRRecord,
+    data=BatchLRData,
 )

@@ -14,12 +14,13 @@ All-Reduce per bucket as soon as every gradient in it is ready. Each rank here
 from __future__ import annotations
 
 import time
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..ddp.buckets import ddp_bucket_caps, group_by_size
 from ..models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
@@ -85,8 +86,17 @@ def record_overlap(ctx: RankContext, cap: str, x: torch.Tensor, iterations: int,
             "backward_called": backward_called, "backward_returned": backward_returned}
 
 
+class BucketsRecord(Described):
+    """What each rank of the 'buckets' lab returns."""
+
+    n_params: int
+    param_bytes: list[int]
+    param_layer: list[int]
+    runs: list[dict[str, Any]]
+
+
 def rank_fn(ctx: RankContext, caps_mb: str, width: int, depth: int, batch: int, iterations: int,
-            seed: int) -> dict:
+            seed: int) -> BucketsRecord:
     x = _batch(ctx, width, batch, seed)
     params = list(layer_stack(width, depth).parameters())
     runs = []
@@ -124,6 +134,16 @@ def launched_in_index_order(timeline: dict) -> bool:
 def backward_waited(timeline: dict) -> bool:
     """``loss.backward()`` returned only after every bucket's All-Reduce had finished."""
     return all(b["done"] <= timeline["backward_returned"] for b in timeline["buckets"])
+
+
+class BucketsData(TypedDict):
+    """The summary data of the 'buckets' lab."""
+
+    rows: list[dict[str, Any]]
+    total_bytes: int
+    n_params: int
+    first_bucket_bytes: int
+    overlap_cases: int
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -201,6 +221,6 @@ LAB = Lab(
             "batch": Int(64, min=1, max=4096, help="랭크당 배치"),
             "iterations": Int(3, min=2, max=20, help="반복 수 (버킷 재구성은 2번째 반복: 2 이상)"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"n_params", "param_bytes", "param_layer", "runs"},
-    data_keys=frozenset({"rows", "total_bytes", "n_params", "first_bucket_bytes", "overlap_cases"}),
+    record=BucketsRecord,
+    data=BucketsData,
 )

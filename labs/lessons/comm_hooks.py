@@ -20,12 +20,13 @@ Two things DDP offers beyond the default All-Reduce, each measured:
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import Any, TypedDict
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 from ..comms import CollectiveCounter, written_bytes
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch,
                       storage_bytes, synthetic_regression, wrap_ddp)
 from ..params import Float, Int, seed
@@ -116,7 +117,14 @@ def bucket_view_run(ctx: RankContext, as_view: bool, set_to_none: bool, lr: floa
             "copies": dict(counter.copies), "fingerprint": fingerprint(model)}
 
 
-def rank_fn(ctx: RankContext, lr: float, matrix_rank: int, start_iter: int, seed: int) -> dict:
+class CommHooksRecord(Described):
+    """What each rank of the 'comm_hooks' lab returns."""
+
+    powersgd: dict[str, dict[str, Any]]
+    bucket_view: dict[str, dict[str, Any]]
+
+
+def rank_fn(ctx: RankContext, lr: float, matrix_rank: int, start_iter: int, seed: int) -> CommHooksRecord:
     runs = {h: powersgd_run(ctx, h, matrix_rank, start_iter, lr, seed) for h in HOOKS}
     default = runs["default"]["params"]
     for h in HOOKS[1:]:
@@ -124,6 +132,18 @@ def rank_fn(ctx: RankContext, lr: float, matrix_rank: int, start_iter: int, seed
     runs["default"].pop("params")
     views = {name: bucket_view_run(ctx, as_view, none, lr, seed) for name, (as_view, none) in VIEW_CONFIGS.items()}
     return {**ctx.describe(), "powersgd": runs, "bucket_view": views}
+
+
+class CommHooksData(TypedDict):
+    """The summary data of the 'comm_hooks' lab."""
+
+    numel: int
+    element_ratio: float
+    byte_ratio: float
+    bytes_per_step: dict[str, list[list]]
+    drift: dict[str, float]
+    ef_ratio: float
+    views: dict[str, dict[str, Any]]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -212,6 +232,6 @@ LAB = Lab(
             "start_iter": Int(2, min=2, max=5, help="처음 몇 스텝을 압축 없이 All-Reduce 할지 (start_powerSGD_iter, "
                               "오차 피드백과 warm start에는 2 이상)"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"powersgd", "bucket_view"},
-    data_keys=frozenset({"numel", "element_ratio", "byte_ratio", "bytes_per_step", "drift", "ef_ratio", "views"}),
+    record=CommHooksRecord,
+    data=CommHooksData,
 )

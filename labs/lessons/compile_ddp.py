@@ -16,13 +16,14 @@ compiled backward with eager DDP's at the same cap, and the trained parameters w
 from __future__ import annotations
 
 import logging
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import flat_parameters, rank_batch, synthetic_regression, wrap_ddp
 from ..params import Int, seed
 from ..primitives import max_abs_diff
@@ -93,7 +94,14 @@ def train(ctx: RankContext, depth: int, cap_mb: float, compiled: bool, optimize_
             "params": flat_parameters(model).tolist()}
 
 
-def rank_fn(ctx: RankContext, depth: int, seed: int) -> dict:
+class CompileDDPRecord(Described):
+    """What each rank of the 'compile_ddp' lab returns."""
+
+    runs: dict[str, dict[str, dict[str, list]]]  # cap -> eager/compiled -> train()의 결과
+    no_split: list[int]
+
+
+def rank_fn(ctx: RankContext, depth: int, seed: int) -> CompileDDPRecord:
     # Dynamo가 DDP의 순전파에서 그래프를 끊을 때(record_function 등) 남기는 경고는 페이지에 보일 까닭이 없다
     torch._logging.set_logs(dynamo=logging.ERROR)
     runs = {}
@@ -127,6 +135,17 @@ def arrival_by_piece(arrival: list[int], pieces: list[list[int]]) -> list[list[i
         runs.append(sorted(arrival[start:start + len(piece)]))
         start += len(piece)
     return runs
+
+
+class CompileDDPData(TypedDict):
+    """The summary data of the 'compile_ddp' lab."""
+
+    caps: list[str]
+    pieces: list[int]
+    predicted: list[int]
+    ddp_buckets: dict[str, list[int]]
+    no_split: int
+    max_diff: float
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -183,6 +202,6 @@ LAB = Lab(
     chapter=7,
     params={"depth": Int(16, min=4, max=24, help="Linear(256, 256) 층 수 (층 하나 약 257 KiB)"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"runs", "no_split"},
-    data_keys=frozenset({"caps", "pieces", "predicted", "ddp_buckets", "no_split", "max_diff"}),
+    record=CompileDDPRecord,
+    data=CompileDDPData,
 )

@@ -13,11 +13,12 @@ gradients instead of averaging them amounts to: then the two models must disagre
 from __future__ import annotations
 
 import copy
+from typing import TypedDict
 
 import torch
 from torch import nn
 
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..errors import LabConfigError
 from ..models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Int, seed
@@ -63,7 +64,20 @@ def train_both(ctx: RankContext, local: nn.Module, ddp: nn.Module, x: torch.Tens
     return diffs, grad_diffs, perms
 
 
-def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: int, grad_reduce: str) -> dict:
+class EquivalenceRecord(Described):
+    """What each rank of the 'equivalence' lab returns."""
+
+    param_diff: list[float]
+    grad_diff: list[float]
+    perms: list[list[int]]
+    local_params: list[float]
+    ddp_params: list[float]
+    fingerprint_local: str
+    fingerprint_ddp: str
+
+
+def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: int,
+            grad_reduce: str) -> EquivalenceRecord:
     torch.manual_seed(seed)
     local = tiny_mlp().to(ctx.device)  # 한 프로세스가 전역 배치 B개로 학습하는 기준 모델
     ddp = wrap_ddp(copy.deepcopy(local), ctx.device)  # 같은 초기값의 DDP 모델: 이 랭크는 B/N개만 본다
@@ -85,6 +99,16 @@ def rank_fn(ctx: RankContext, global_batch: int, steps: int, lr: float, seed: in
 def allclose_tolerance(reference: torch.Tensor) -> float:
     """PyTorch's elementwise rule |a − b| ≤ atol + rtol·|b|, at the largest |b|: one number to state."""
     return ATOL + RTOL * float(reference.abs().max())
+
+
+class EquivalenceData(TypedDict):
+    """The summary data of the 'equivalence' lab."""
+
+    max_param_diff: float
+    max_grad_diff: float
+    param_diff_per_step: list[float]
+    tolerance: float
+    per_rank_batch: int
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -137,6 +161,6 @@ LAB = Lab(
             "seed": seed(),
             "grad_reduce": Choice("mean", GRAD_REDUCE, help="DDP가 그래디언트를 합친 뒤 평균(mean) 또는 합(sum)")},
     validate=validate,
-    record_keys=DESCRIBE_KEYS | {"param_diff", "grad_diff", "perms", "local_params", "ddp_params", "fingerprint_local", "fingerprint_ddp"},
-    data_keys=frozenset({"max_param_diff", "max_grad_diff", "param_diff_per_step", "per_rank_batch", "tolerance"}),
+    record=EquivalenceRecord,
+    data=EquivalenceData,
 )

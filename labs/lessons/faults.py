@@ -11,11 +11,12 @@ import os
 import signal
 import sys
 import time
+from typing import TypedDict
 
 import torch
 import torch.distributed as dist
 
-from ..context import MAX_CPU_RANKS, RankContext
+from ..context import MAX_CPU_RANKS, Described, RankContext
 from ..errors import LabConfigError
 from ..params import Choice, Int
 from ..registry import Lab
@@ -30,7 +31,13 @@ def validate(params: dict, world_size: int) -> None:
                              f"받은 값: {params['fault_rank']}")
 
 
-def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> dict:
+class FaultsRecord(Described):
+    """What each rank of the 'faults' lab returns."""
+
+    sum: float
+
+
+def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> FaultsRecord:
     if ctx.rank == fault_rank:
         if mode == "raise":
             raise RuntimeError(f"의도한 실패: 랭크 {ctx.rank}에서 예외를 일으켰습니다")
@@ -50,6 +57,12 @@ def rank_fn(ctx: RankContext, mode: str, fault_rank: int) -> dict:
     return {**ctx.describe(), "sum": float(value.item())}
 
 
+class FaultsData(TypedDict):
+    """The summary data of the 'faults' lab."""
+
+    expected_sum: float
+
+
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
     expected = n * (n + 1) / 2
@@ -67,7 +80,7 @@ LAB = Lab(
     default_nproc=3,
     params={"mode": Choice("none", MODES, help="고장 종류"),
             "fault_rank": Int(2, min=0, max=MAX_CPU_RANKS - 1, help="고장 낼 랭크")},
-    record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host", "sum"}),
-    data_keys=frozenset({"expected_sum"}),
+    record=FaultsRecord,
+    data=FaultsData,
     validate=validate,
 )

@@ -14,12 +14,13 @@ CPU DDP refuses it, and the lab records that refusal.
 from __future__ import annotations
 
 import warnings
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
 from ..primitives import make_optimizer
@@ -138,7 +139,19 @@ def legacy_init_sync(ctx: RankContext) -> dict:
     return {"running_mean0": float(bn.running_mean[0]), "warnings": sorted({w.category.__name__ for w in caught})}
 
 
-def rank_fn(ctx: RankContext, per_rank_batch: int, iterations: int, lr: float, seed: int, data_seed: int) -> dict:
+class ForwardRecord(Described):
+    """What each rank of the 'forward' lab returns."""
+
+    variants: dict[str, dict[str, list]]
+    buffers: list[dict[str, Any]]
+    n_params: int
+    wide_backward: list[int]
+    legacy: dict[str, Any]
+    syncbn_skipped: str
+
+
+def rank_fn(ctx: RankContext, per_rank_batch: int, iterations: int, lr: float, seed: int,
+            data_seed: int) -> ForwardRecord:
     data = synthetic_regression(ctx.world_size * per_rank_batch * iterations, seed=data_seed)
     variants = {}
     for name, (make_model, ddp_kwargs) in VARIANTS.items():
@@ -282,6 +295,21 @@ def count_table(ranks: list[dict]) -> dict:
             for name, v in ranks[0]["variants"].items()}
 
 
+class ForwardData(TypedDict):
+    """The summary data of the 'forward' lab."""
+
+    losses: list[list[float]]
+    mean_losses: list[float]
+    global_losses: list[float]
+    counts: dict[str, dict[str, list]]
+    items: dict[str, dict[str, list]]
+    buffers: list[dict[str, Any]]
+    n_params: int
+    wide_backward: list[int]
+    legacy_running_mean0: list[float]
+    syncbn_skipped: str
+
+
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n, iterations = len(ranks), params["iterations"]
     tables = [[(v["forward"], v["backward"]) for v in r["variants"].values()] for r in ranks]
@@ -323,7 +351,6 @@ LAB = Lab(
             "iterations": Int(4, min=2, max=50, help="반복 수 (버킷 재구성을 보려면 2 이상)"),
             "lr": Float(0.1, min=0.0, max=1.0, min_open=True, help="학습률 η (1보다 크면 발산할 수 있다)"),
             "seed": seed(), "data_seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"variants", "buffers", "n_params", "wide_backward", "legacy", "syncbn_skipped"},
-    data_keys=frozenset({"losses", "mean_losses", "global_losses", "counts", "items", "buffers", "n_params",
-                         "wide_backward", "legacy_running_mean0", "syncbn_skipped"}),
+    record=ForwardRecord,
+    data=ForwardData,
 )

@@ -27,12 +27,13 @@ bfloat16 (no float32 master weights).
 from __future__ import annotations
 
 import copy
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..ddp import FullyShardedDP
 from ..ddp.fsdp_bugs import FreeBeforeBackward, GradsInComputeDtype, SumNotAverage
 from ..models import (flat_parameters, held, layer_stack, mse_backward, rank_batch, shard_with_fsdp, storage_bytes,
@@ -140,8 +141,18 @@ def flat(full: dict, names: list[str]) -> torch.Tensor:
     return torch.cat([full[name].detach().reshape(-1).to("cpu", torch.float64) for name in names])
 
 
+class FSDPRecord(Described):
+    """What each rank of the 'fsdp' lab returns."""
+
+    numels: list[int]
+    weight_numels: list[int]
+    sgd: dict[str, Any]
+    adamw: dict[str, Any]
+    bf16: dict[str, Any]
+
+
 def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps: int, lr: float, mistake: str,
-            seed: int) -> dict:
+            seed: int) -> FSDPRecord:
     n = ctx.world_size
     x, y = synthetic_regression(steps * n * per_rank_batch, width, width, seed=seed)
     x, y = x.to(ctx.device), y.to(ctx.device)
@@ -215,6 +226,25 @@ def step_elements(ranks: list[dict], n: int, n_replicated: int) -> dict:
 def worst(ranks: list[dict], opt: str, key: str) -> float | None:
     values = [r[opt]["diff"][key] for r in ranks]
     return None if None in values else max(values)
+
+
+class FSDPData(TypedDict):
+    """The summary data of the 'fsdp' lab."""
+
+    n_params: int
+    n_weights: int
+    padded: int
+    depth: int
+    params_bytes: dict[str, int]
+    peak_bytes: int
+    timeline: list[list]
+    elements: dict[str, Any]
+    torch_steps: list[dict[str, Any]]
+    diffs: dict[str, dict[str, float]]
+    bf16_diff: float
+    moved: float
+    tolerance: float
+    errors: list[str]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -306,7 +336,6 @@ LAB = Lab(
             "lr": Float(0.01, min=0.0, max=0.1, min_open=True, help="학습률 η (SGD 모멘텀 0.9, AdamW)"),
             "mistake": Choice("none", tuple(SHARDED), help="일부러 넣는 실수"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"numels", "weight_numels", "bf16", *OPTIMIZERS},
-    data_keys=frozenset({"n_params", "n_weights", "padded", "depth", "params_bytes", "peak_bytes", "timeline",
-                         "elements", "torch_steps", "diffs", "bf16_diff", "moved", "tolerance", "errors"}),
+    record=FSDPRecord,
+    data=FSDPData,
 )

@@ -8,21 +8,31 @@ interface (:mod:`labs.grading.rank`); the verdicts are computed in the parent fr
 
 from __future__ import annotations
 
-from ..context import RankContext
+from typing import Any, TypedDict
+
+from ..context import Described, RankContext
 from ..grading import rank
+from ..grading.probes import ProbeConfig
 from ..grading.source import REFERENCE, validate_params
-from ..grading.summary import summarize
+from ..grading.summary import GradeData, summarize
 from ..params import Float, Folder, InputFile, Int, Text, seed
 from ..registry import Lab
 
 __all__ = ["LAB"]
 
 
+class GradeRecord(Described):
+    """What each rank of the 'grade' lab returns."""
+
+    import_error: dict[str, str] | None  # kind, text
+    tampered: list[str]
+    classes: list[dict[str, Any]]
+
+
 def rank_fn(ctx: RankContext, path: str, classes: str, trace_dir: str, bucket_cap_mb: float, steps: int,
-            per_rank_batch: int, width: int, depth: int, seed: int) -> dict:
-    cfg = {"bucket_cap_mb": bucket_cap_mb, "steps": steps, "per_rank_batch": per_rank_batch, "width": width,
-           "depth": depth, "seed": seed}
-    return {**ctx.describe(), **rank.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, cfg)}
+            per_rank_batch: int, width: int, depth: int, seed: int) -> GradeRecord:
+    config = ProbeConfig(bucket_cap_mb, steps, per_rank_batch, width, depth, seed)
+    return {**ctx.describe(), **rank.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, config)}
 
 
 LAB = Lab(
@@ -42,7 +52,6 @@ LAB = Lab(
             "width": Int(32, min=2, max=128, help="채점 모델의 층 너비 (512·배치 256·20스텝이면 AdamW가 합 순서의 반올림 차이를 허용 오차 너머로 키운다)"),
             "depth": Int(6, min=2, max=32, help="채점 모델의 층 수"),
             "seed": seed()},
-    record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host", "classes",
-                           "import_error", "tampered"}),
-    data_keys=frozenset({"classes", "tolerance", "input_error"}),
+    record=GradeRecord,
+    data=GradeData,
 )

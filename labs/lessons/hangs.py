@@ -22,6 +22,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -152,7 +153,22 @@ def flight_record(group) -> tuple[str, list, int]:
     return outcome, mine, len(entries)
 
 
-def rank_fn(ctx: RankContext, timeout_s: float, collectives: int) -> dict:
+class HangsRecord(TypedDict):
+    """What each rank of the 'hangs' lab returns."""
+
+    rank: int
+    mb_error: str  # monitored_barrier의 오류 글 (건너뛴 랭크는 "")
+    mb_seconds: float
+    wait_error: str
+    fr_error: str
+    fr_entries: list[list]  # [이름, 순번, 상태]
+    fr_total: int
+    stacks: list[dict[str, Any]]  # 건너뛴 랭크가 py-spy로 읽은 랭크마다의 스택
+    timeout_files: list[str]
+    fr_files: dict[str, Any]
+
+
+def rank_fn(ctx: RankContext, timeout_s: float, collectives: int) -> HangsRecord:
     timeout = timedelta(seconds=timeout_s)
     barrier_group = dist.new_group(backend="gloo", timeout=timeout)  # 실험마다 짧은 timeout의 그룹 하나
     record_group = dist.new_group(backend="gloo", timeout=timeout)
@@ -211,6 +227,27 @@ def fr_missing(report: str) -> list | None:
     """The analyzer's first collective that some ranks missed: ``[sequence number, missing ranks]``."""
     found = FR_MISSING.search(report)
     return [int(found[1]), sorted(int(r) for r in re.findall(r"\d+", found[2]))] if found else None
+
+
+class HangsData(TypedDict):
+    """The summary data of the 'hangs' lab."""
+
+    skip_rank: int
+    mb_message: str
+    mb_peer_message: str
+    mb_named: list[int]
+    mb_seconds: float
+    wait_error: str
+    fr_works: bool
+    fr_outcome: str
+    fr_last: list[list | None]
+    timeout_s: float
+    stacks: list[dict[str, Any]]
+    hang_sites: list[list | None]
+    expected_sites: list[list]
+    fr_files: dict[str, Any]
+    fr_missing: list | None
+    timeout_files: list[list[str]]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -286,9 +323,6 @@ LAB = Lab(
     default_nproc=3,
     params={"timeout_s": Float(2.0, min=1.0, max=5.0, help="실험 그룹의 timeout(초): 이만큼 기다린 뒤 오류로 끝난다"),
             "collectives": Int(3, min=1, max=50, help="모든 랭크가 함께 부르는 all_reduce 수(마지막 랭크는 하나 덜)")},
-    record_keys=frozenset({"rank", "mb_error", "mb_seconds", "wait_error", "fr_error", "fr_entries", "fr_total",
-                           "stacks", "timeout_files", "fr_files"}),
-    data_keys=frozenset({"skip_rank", "mb_message", "mb_peer_message", "mb_named", "mb_seconds", "wait_error",
-                         "fr_works", "fr_outcome", "fr_last", "timeout_s", "stacks", "hang_sites", "expected_sites",
-                         "fr_files", "fr_missing", "timeout_files"}),
+    record=HangsRecord,
+    data=HangsData,
 )

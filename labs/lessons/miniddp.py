@@ -15,13 +15,14 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import RankContext
+from ..context import Described, RankContext
 from ..ddp.buckets import MIB, group_by_size
 from ..ddp.miniddp import STEPS
 from ..ddp.bugs import ForwardOrderBuckets
@@ -136,8 +137,19 @@ def alpha_seconds(ctx: RankContext, repeats: int) -> list[float]:
     return time_calls({"tiny": lambda: dist.all_reduce(tiny)}, ctx.device, 3, repeats)["tiny"]
 
 
+class MiniDDPRecord(Described):
+    """What each rank of the 'miniddp' lab returns."""
+
+    sizes: list[int]
+    diffs: dict[str, dict[str, float]]
+    calls: dict[str, int]
+    timelines: dict[str, dict[str, Any]]
+    seconds: dict[str, list[float]]
+    alpha: list[float]
+
+
 def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, bucket_cap_mb: float, steps: int,
-            repeats: int, lr: float, check_speed: bool, seed: int) -> dict:
+            repeats: int, lr: float, check_speed: bool, seed: int) -> MiniDDPRecord:
     torch.manual_seed(seed)
     init = layer_stack(width, depth)
     gen = torch.Generator().manual_seed(seed)
@@ -165,6 +177,21 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, bucke
 def overlapped(line: dict) -> bool:
     """Some All-Reduce started before the last gradient was ready: communication overlaps backward."""
     return bool(line["calls"]) and min(c["launch"] for c in line["calls"]) < max(line["ready"])
+
+
+class MiniDDPData(TypedDict):
+    """The summary data of the 'miniddp' lab."""
+
+    rows: list[dict[str, Any]]
+    n_tensors: int
+    n_buckets: int
+    total_bytes: int
+    alpha_us: float
+    buckets_vs_ddp: dict[str, float]
+    overlap_vs_buckets: dict[str, float]
+    gap_ms: float
+    predicted_gap_ms: float
+    repeats: int
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -231,8 +258,6 @@ LAB = Lab(
             "lr": Float(0.05, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "check_speed": Bool(False, help="BucketedDDP가 torch DDP의 1.2배 이내인지 판정한다(조용한 기계에서)"),
             "seed": seed()},
-    record_keys=frozenset({"rank", "world_size", "local_rank", "backend", "device", "pid", "host", "sizes", "diffs",
-                           "calls", "timelines", "seconds", "alpha"}),
-    data_keys=frozenset({"rows", "n_tensors", "n_buckets", "total_bytes", "alpha_us", "buckets_vs_ddp",
-                         "overlap_vs_buckets", "gap_ms", "predicted_gap_ms", "repeats"}),
+    record=MiniDDPRecord,
+    data=MiniDDPData,
 )

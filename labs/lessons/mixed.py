@@ -14,11 +14,12 @@ are the bytes per parameter chapter 13's memory calculator uses for bf16 mixed p
 from __future__ import annotations
 
 import copy
+from typing import Any, TypedDict
 
 import torch
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import fingerprint_tensors, layer_stack, mse_backward, rank_batch, storage_bytes, synthetic_regression, wrap_ddp
 from ..params import Float, Int, seed
 from ..primitives import max_abs_diff
@@ -62,7 +63,16 @@ def train_mixed(ctx: RankContext, init: torch.nn.Module, batches: list, opt: str
             "fingerprint": fingerprint_tensors(masters)}
 
 
-def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps: int, lr: float, seed: int) -> dict:
+class MixedRecord(Described):
+    """What each rank of the 'mixed' lab returns."""
+
+    n_params: int
+    sgd: dict[str, Any]
+    adamw: dict[str, Any]
+
+
+def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps: int, lr: float,
+            seed: int) -> MixedRecord:
     n = ctx.world_size
     x, y = synthetic_regression(steps * n * per_rank_batch, width, width, seed=seed)
     x, y = x.to(ctx.device), y.to(ctx.device)
@@ -77,6 +87,15 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps
 
 # 옵티마이저가 파라미터 원소마다 fp32로 하나씩 두는 상태의 개수 (SGD: 모멘텀 버퍼, AdamW: 1차·2차 모멘트)
 MOMENTS = {"sgd": 1, "adamw": 2}
+
+
+class MixedData(TypedDict):
+    """The summary data of the 'mixed' lab."""
+
+    n_params: int
+    memory: dict[str, dict[str, list]]
+    bytes_per_param: dict[str, dict[str, float]]
+    master_bytes_per_param: dict[str, float]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -131,6 +150,6 @@ LAB = Lab(
             "steps": Int(2, min=1, max=20, help="학습 스텝 수 S"),
             "lr": Float(0.01, min=0.0, max=0.1, min_open=True, help="학습률 η (SGD 모멘텀 0.9, AdamW)"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"n_params", *OPTIMIZERS},
-    data_keys=frozenset({"n_params", "memory", "bytes_per_param", "master_bytes_per_param"}),
+    record=MixedRecord,
+    data=MixedData,
 )

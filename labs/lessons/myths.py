@@ -26,13 +26,14 @@ import itertools
 import os
 import threading
 import time
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import (count_parameters, fingerprint, flat_parameters, held, local_shard, mse_backward, rank_batch,
                       shard_with_fsdp, synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Choice, Float, Int, ListOf, seed
@@ -201,8 +202,16 @@ def dataparallel_part(ctx: RankContext, hidden: int, per_rank_batch: int, steps:
     return record
 
 
+class MythsRecord(Described):
+    """What each rank of the 'myths' lab returns."""
+
+    sharding: dict[str, Any] | None  # None: 실행하지 않은 부분
+    drift: dict[str, Any] | None
+    dataparallel: dict[str, Any] | None
+
+
 def rank_fn(ctx: RankContext, parts: tuple[str, ...], hidden: int, per_rank_batch: int, steps: int,
-            batches_per_epoch: int, lr: float, lr_adam: float, seed: int) -> dict:
+            batches_per_epoch: int, lr: float, lr_adam: float, seed: int) -> MythsRecord:
     record = {**ctx.describe(), **dict.fromkeys(PARTS)}  # 실행하지 않은 부분은 None
     for part in wanted_parts(parts):
         if part == "sharding":
@@ -342,6 +351,15 @@ def dataparallel_checks(ranks: list[dict], steps: int) -> tuple[list[Check], dic
     return checks, data
 
 
+class MythsData(TypedDict):
+    """The summary data of the 'myths' lab."""
+
+    parts: list[str]
+    sharding: dict[str, Any] | None  # None: 실행하지 않은 부분
+    drift: dict[str, Any] | None
+    dataparallel: dict[str, Any] | None
+
+
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     checks, data = [], {"parts": wanted_parts(params["parts"]), **dict.fromkeys(PARTS)}
     if "sharding" in data["parts"]:
@@ -372,6 +390,6 @@ LAB = Lab(
             "lr": Float(0.1, min=0.01, max=0.1, help="SGD 학습률 (0.2면 B/N=1, 1000스텝에서 동기화 없는 복제본이 발산한다)"),
             "lr_adam": Float(0.01, min=0.0, max=10.0, min_open=True, help="Adam 학습률"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | set(PARTS),
-    data_keys=frozenset({"parts", *PARTS}),
+    record=MythsRecord,
+    data=MythsData,
 )

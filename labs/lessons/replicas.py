@@ -10,13 +10,14 @@ pads the *dataset* (repeating leading indices) and the last per-rank batch comes
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import count_parameters, fingerprint, flat_parameters, tiny_mlp
 from ..params import Int, seed
 from ..primitives import device_ids, max_abs_diff
@@ -57,8 +58,23 @@ def rank_loader(ctx: RankContext, dataset, per_rank_batch: int,
     return sampler, DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler)
 
 
+class ReplicasRecord(Described):
+    """What each rank of the 'replicas' lab returns."""
+
+    n_params: int
+    params_before: list[float]
+    params_after: list[float]
+    checksum_before: float
+    checksum_after: float
+    fingerprint_before: str
+    fingerprint_after: str
+    shard: list[int]
+    shard_drop_last: list[int]
+    batches: list[list[int]]
+
+
 def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, extra_samples: int, seed_base: int,
-            sampler_seed: int) -> dict:
+            sampler_seed: int) -> ReplicasRecord:
     ddp_model, before, fingerprint_before = replicate(ctx, seed_base)
     after = flat_parameters(ddp_model.module)
     dataset = range(ctx.world_size * per_rank_batch * steps + extra_samples)
@@ -102,6 +118,18 @@ def _duplicates(indices: list[int]) -> list[int]:
             extra.append(i)
         seen.add(i)
     return sorted(extra)
+
+
+class ReplicasData(TypedDict):
+    """The summary data of the 'replicas' lab."""
+
+    dataset_size: int
+    padded_size: int
+    global_batch: int
+    n_params: int
+    global_batches: list[list[int]]
+    batch_sizes: list[int]
+    duplicates: list[int]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -169,8 +197,6 @@ LAB = Lab(
             "steps": Int(2, min=1, max=100, help="샘플이 나누어떨어질 때 한 에폭의 스텝 수"),
             "extra_samples": Int(0, min=0, max=1024, help="데이터셋 크기 D = N·(B/N)·steps에 더할 샘플 수"),
             "seed_base": seed(1000), "sampler_seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"n_params", "params_before", "params_after", "checksum_before", "checksum_after",
-                                 "fingerprint_before", "fingerprint_after", "shard", "shard_drop_last", "batches"},
-    data_keys=frozenset({"dataset_size", "padded_size", "global_batch", "n_params", "global_batches", "batch_sizes",
-                         "duplicates"}),
+    record=ReplicasRecord,
+    data=ReplicasData,
 )

@@ -20,13 +20,14 @@ import itertools
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, TypedDict
 
 import torch
 from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..errors import LabConfigError
 from ..models import flat_parameters
 from ..params import Bool, Float, Folder, Int, seed
@@ -119,7 +120,24 @@ def phase_collectives(ctx: RankContext, cfg: TrainConfig, train_set: TensorDatas
             "log": logged.as_dict(), "checkpoint": checkpoint.as_dict()}
 
 
-def rank_fn(ctx: RankContext, **params) -> dict:
+class TrainRecord(Described):
+    """What each rank of the 'train' lab returns."""
+
+    resumed_from: int
+    fingerprint: str
+    checksum: float
+    params: list[float]
+    history: list[dict[str, float]]
+    per_rank_batch: int
+    orders: dict[int, list[int]]
+    orders_without_set_epoch: list[list[int]]
+    run_collectives: dict[str, int]
+    steps_per_epoch: int
+    phases: dict[str, Any]
+    reference: dict[str, Any] | None
+
+
+def rank_fn(ctx: RankContext, **params) -> TrainRecord:
     torch.set_num_threads(1)  # 작은 행렬에는 스레드 여러 개가 오히려 느리다 (코어를 랭크끼리 나눠 쓴다)
     cfg = TrainConfig(**params)
     train_set, test_set = load_digits_split()
@@ -176,6 +194,20 @@ def _history_diff(a: list[dict], b: list[dict]) -> float:
     if [h["epoch"] for h in a] != [h["epoch"] for h in b]:
         return float("inf")
     return max((abs(x["loss"] - y["loss"]) for x, y in zip(a, b)), default=0.0)
+
+
+class TrainData(TypedDict):
+    """The summary data of the 'train' lab."""
+
+    summary: dict[str, Any]
+    reference_history: list[dict[str, float]]
+    per_rank_batch: int
+    global_batch: int
+    param_tolerance: float
+    phases: dict[str, Any]
+    run_collectives: dict[str, int]
+    steps_per_epoch: int
+    epochs_trained: int
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -309,9 +341,6 @@ LAB = Lab(
             "fail_at_epoch": Int(0, min=0, max=20, help="이 에폭 중간에 랭크 하나를 죽인다 (0이면 고장 없음)"),
             "fresh": Bool(False, help="체크포인트 폴더의 옛 체크포인트를 지우고 처음부터 학습")},
     validate=validate,
-    record_keys=DESCRIBE_KEYS | {"resumed_from", "fingerprint", "checksum", "params", "history", "per_rank_batch",
-                                 "orders", "orders_without_set_epoch", "run_collectives", "steps_per_epoch",
-                                 "phases", "reference"},
-    data_keys=frozenset({"summary", "reference_history", "per_rank_batch", "global_batch", "param_tolerance",
-                         "phases", "run_collectives", "steps_per_epoch", "epochs_trained"}),
+    record=TrainRecord,
+    data=TrainData,
 )

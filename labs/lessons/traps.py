@@ -10,10 +10,12 @@ text, each rank's position at the deadline) into checks of the same kind.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import sys
 from pathlib import Path
+from typing import Any, Callable, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -67,12 +69,13 @@ def _gathered_equal(ranks: list[dict], key: str) -> float:
 
 # ----------------------------------------------------------------------------- 1. no_sync
 
-def no_sync_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    k, b = p["micro_steps"], p["per_rank_batch"]
-    x, y = synthetic_regression(ctx.world_size * k * b, seed=p["seed"])
-    torch.manual_seed(p["seed"])
+def no_sync_rank(ctx: RankContext, variant: str, *, micro_steps: int, per_rank_batch: int, lr: float,
+                 seed: int) -> dict:
+    k, b = micro_steps, per_rank_batch
+    x, y = synthetic_regression(ctx.world_size * k * b, seed=seed)
+    torch.manual_seed(seed)
     ddp = wrap_ddp(tiny_mlp(), ctx.device)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
     step = micro_step_bug if variant == "bug" else micro_step_fix
     counts, first_grad = [], []
     for i in range(k):
@@ -87,8 +90,8 @@ def no_sync_rank(ctx: RankContext, variant: str, p: dict) -> dict:
             "params": flat_parameters(ddp.module).tolist()}
 
 
-def no_sync_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
-    k, n = p["micro_steps"], len(ranks)
+def no_sync_summary(ranks: list[dict], variant: str, *, micro_steps: int) -> Summary:
+    k, n = micro_steps, len(ranks)
     per_step = [r["all_reduce_per_micro_step"] for r in ranks]
     synced = sorted({sum(c > 0 for c in counts) for counts in per_step})
     grad_spread = _gathered_equal(ranks, "grad_after_first")
@@ -125,9 +128,9 @@ def train_steps(ddp, optimizer, batches) -> list[dict]:
     return log
 
 
-def _batches(ctx: RankContext, p: dict, steps: int) -> list:
-    x, y = synthetic_regression(ctx.world_size * steps * p["per_rank_batch"], seed=p["seed"])
-    return [tuple(t.to(ctx.device) for t in rank_batch(x, y, ctx.rank, ctx.world_size, p["per_rank_batch"], s))
+def _batches(ctx: RankContext, steps: int, per_rank_batch: int, seed: int) -> list:
+    x, y = synthetic_regression(ctx.world_size * steps * per_rank_batch, seed=seed)
+    return [tuple(t.to(ctx.device) for t in rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, s))
             for s in range(steps)]
 
 
@@ -136,13 +139,13 @@ UNUSED_CONFIGS = {"bug": {"default": {}},
                           "static_graph": {"static_graph": True}}}
 
 
-def unused_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    batches = _batches(ctx, p, p["steps"])
+def unused_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: int, lr: float, seed: int) -> dict:
+    batches = _batches(ctx, steps, per_rank_batch, seed)
     runs = {}
     for name, kwargs in UNUSED_CONFIGS[variant].items():
-        torch.manual_seed(p["seed"])
+        torch.manual_seed(seed)
         ddp = wrap_ddp(TwoHeads(), ctx.device, **kwargs)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
         log, error = train_steps(ddp, optimizer, batches[:1]), ""
         after_first = flat_parameters(ddp.module).tolist()
         try:
@@ -155,8 +158,8 @@ def unused_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     return {"runs": runs}
 
 
-def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
-    n, steps = len(ranks), p["steps"]
+def unused_summary(ranks: list[dict], variant: str, *, steps: int) -> Summary:
+    n = len(ranks)
     runs = ranks[0]["runs"]
     checks = []
     if variant == "bug":
@@ -202,12 +205,12 @@ def unused_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 3. evaluation on rank 0 only
 
-def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    batches = _batches(ctx, p, p["steps"])
-    xv, yv = (t.to(ctx.device) for t in synthetic_regression(8 * ctx.world_size, seed=p["seed"] + 1))
-    torch.manual_seed(p["seed"])
+def eval_rank0_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: int, lr: float, seed: int) -> dict:
+    batches = _batches(ctx, steps, per_rank_batch, seed)
+    xv, yv = (t.to(ctx.device) for t in synthetic_regression(8 * ctx.world_size, seed=seed + 1))
+    torch.manual_seed(seed)
     ddp = wrap_ddp(bn_mlp(), ctx.device)  # BatchNorm: 버퍼(running mean/var)가 있는 모델
-    train_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=p["lr"]), batches)
+    train_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=lr), batches)
     if variant == "bug":
         eval_rank0_bug(ctx, ddp, xv, yv)
         return {}
@@ -216,7 +219,7 @@ def eval_rank0_rank(ctx: RankContext, variant: str, p: dict) -> dict:
             "params": flat_parameters(ddp.module).tolist()}
 
 
-def eval_rank0_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+def eval_rank0_summary(ranks: list[dict], variant: str) -> Summary:
     if variant == "bug":  # 버그 실행은 끝나지 않는다: observe()가 멈춘 모습을 확인한다
         return _finished_anyway("eval_rank0", "랭크 0만 DDP 래퍼로 평가하면 끝나지 않아야 한다")
     a, b = ranks[0]["module_loss"], ranks[0]["all_ranks_loss"]
@@ -229,16 +232,17 @@ def eval_rank0_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 4. sampler.set_epoch
 
-def set_epoch_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    dataset = TensorDataset(torch.arange(p["samples"]))
-    sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=p["seed"])
-    loader = DataLoader(dataset, batch_size=p["per_rank_batch"], sampler=sampler)
+def set_epoch_rank(ctx: RankContext, variant: str, *, samples: int, per_rank_batch: int, epochs: int,
+                   seed: int) -> dict:
+    dataset = TensorDataset(torch.arange(samples))
+    sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=seed)
+    loader = DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler)
     epoch_orders = epoch_orders_bug if variant == "bug" else epoch_orders_fix
-    return {"orders": epoch_orders(sampler, loader, p["epochs"])}
+    return {"orders": epoch_orders(sampler, loader, epochs)}
 
 
-def set_epoch_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
-    epochs, b = p["epochs"], p["per_rank_batch"]
+def set_epoch_summary(ranks: list[dict], variant: str, *, samples: int, per_rank_batch: int, epochs: int) -> Summary:
+    b = per_rank_batch
     distinct = sorted({len({tuple(o) for o in r["orders"]}) for r in ranks})
     # 스텝 t의 전역 배치 = 모든 랭크가 스텝 t에 본 샘플의 집합
     steps = len(ranks[0]["orders"][0]) // b
@@ -247,7 +251,7 @@ def set_epoch_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
     repeated = sum(global_batches[e][t] == global_batches[0][t] for e in range(1, epochs) for t in range(steps))
     covered = [sorted(i for r in ranks for i in r["orders"][e]) for e in range(epochs)]
     checks = [check_true("each_epoch_covers_dataset",
-                         all(set(c) == set(range(p["samples"])) for c in covered), len(covered),
+                         all(set(c) == set(range(samples)) for c in covered), len(covered),
                          "어느 쪽이든 에폭마다 랭크들이 데이터 전체를 나눠 본다(확인한 에폭 수)")]
     if variant == "bug":
         checks.append(check_equal("distinct_epoch_orders", distinct, [1],
@@ -269,15 +273,16 @@ def average_gradients(model: nn.Module, world_size: int) -> None:
         param.grad /= world_size
 
 
-def partial_collective_rank(ctx: RankContext, variant: str, p: dict) -> dict:
+def partial_collective_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: int, lr: float,
+                            seed: int) -> dict:
     # DDP 없이 그래디언트를 손으로 평균한다: torch 2.13 CPU에서 TORCH_DISTRIBUTED_DEBUG=DETAIL이면
     # DDP 생성자 자체가 segfault하므로(직접 확인), 같은 함정을 DETAIL로도 보여 주려면 이 길이 필요하다.
-    torch.manual_seed(p["seed"])
+    torch.manual_seed(seed)
     model = tiny_mlp().to(ctx.device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=p["lr"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     log_loss = log_loss_bug if variant == "bug" else log_loss_fix
     losses, logged = [], []
-    for x, y in _batches(ctx, p, p["steps"]):
+    for x, y in _batches(ctx, steps, per_rank_batch, seed):
         optimizer.zero_grad()
         loss = _loss(model, x, y)
         loss.backward()
@@ -288,10 +293,10 @@ def partial_collective_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     return {"losses": losses, "logged": logged, "params": flat_parameters(model).tolist()}
 
 
-def partial_collective_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+def partial_collective_summary(ranks: list[dict], variant: str, *, steps: int) -> Summary:
     if variant == "bug":
         return _finished_anyway("partial_collective", "랭크 0만 all_reduce를 부르면 정상적으로 끝나지 않아야 한다")
-    mean = [sum(r["losses"][s] for r in ranks) / len(ranks) for s in range(p["steps"])]
+    mean = [sum(r["losses"][s] for r in ranks) / len(ranks) for s in range(steps)]
     checks = [check_close("logged_mean_loss", max_abs_diff(ranks[0]["logged"], mean), 0.0, 1e-6,
                           "랭크 0이 찍은 값이 모든 랭크 손실의 평균과 같다(스텝별 최대 차이)"),
               check_close("replicas_identical", _gathered_equal(ranks, "params"), 0.0, 0.0,
@@ -301,14 +306,14 @@ def partial_collective_summary(ranks: list[dict], variant: str, p: dict) -> Summ
 
 # ----------------------------------------------------------------------------- 6. different models across ranks
 
-def shape_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    model = (shape_model_bug if variant == "bug" else shape_model_fix)(ctx, p["seed"])
+def shape_rank(ctx: RankContext, variant: str, *, seed: int) -> dict:
+    model = (shape_model_bug if variant == "bug" else shape_model_fix)(ctx, seed)
     before = flat_parameters(model).tolist()
     ddp = wrap_ddp(model, ctx.device)                      # 생성자가 모양을 맞춰 보고, 랭크 0의 값을 브로드캐스트한다
     return {"before": before, "after": flat_parameters(ddp.module).tolist()}
 
 
-def shape_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+def shape_summary(ranks: list[dict], variant: str) -> Summary:
     if variant == "bug":
         return _finished_anyway("shape", "랭크마다 모양이 다른 모델은 DDP 생성자에서 실패해야 한다")
     checks = [check_close("identical_after_construction", max(max_abs_diff(r["after"], ranks[0]["before"])
@@ -327,16 +332,17 @@ def _full_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return float(_loss(model, x, y))
 
 
-def _train_epochs(model, x, y, p: dict, world_size: int, rank: int, learning_rate) -> list[float]:
+def _train_epochs(model, x, y, world_size: int, rank: int, learning_rate, per_rank_batch: int, lr: float,
+                  epochs: int, warmup_steps: int, seed: int) -> list[float]:
     """SGD over ``epochs`` passes of a per-epoch shuffle shared by all ranks; full-data loss after each epoch."""
-    b, step, curve = p["per_rank_batch"], 0, [_full_loss(model, x, y)]
-    optimizer = torch.optim.SGD(model.parameters(), lr=p["lr"])
-    for epoch in range(p["epochs"]):
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(p["seed"] + epoch))
+    b, step, curve = per_rank_batch, 0, [_full_loss(model, x, y)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(epochs):
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed + epoch))
         xe, ye = x[order], y[order]
         for s in range(len(x) // (b * world_size)):
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(p["lr"], world_size, step, p["warmup_steps"])
+                group["lr"] = learning_rate(lr, world_size, step, warmup_steps)
             xb, yb = rank_batch(xe, ye, rank, world_size, b, s)
             optimizer.zero_grad()
             _loss(model, xb, yb).backward()
@@ -346,22 +352,24 @@ def _train_epochs(model, x, y, p: dict, world_size: int, rank: int, learning_rat
     return curve
 
 
-def lr_scaling_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    x, y = synthetic_regression(p["samples"], seed=p["seed"])
-    torch.manual_seed(p["seed"])
+def lr_scaling_rank(ctx: RankContext, variant: str, *, samples: int, per_rank_batch: int, epochs: int, lr: float,
+                    warmup_steps: int, seed: int) -> dict:
+    x, y = synthetic_regression(samples, seed=seed)
+    torch.manual_seed(seed)
     model = tiny_mlp()
     baseline = None
     if ctx.rank == 0:  # 기준: 한 프로세스, 배치 b, 학습률 η (다른 랭크를 기다리지 않는다)
         single = tiny_mlp()
         single.load_state_dict(model.state_dict())
-        baseline = _train_epochs(single, x, y, p, 1, 0, learning_rate_bug)
+        baseline = _train_epochs(single, x, y, 1, 0, learning_rate_bug, per_rank_batch, lr, epochs, warmup_steps, seed)
     ddp = wrap_ddp(model, ctx.device)
     learning_rate = learning_rate_bug if variant == "bug" else learning_rate_fix
-    curve = _train_epochs(ddp, x.to(ctx.device), y.to(ctx.device), p, ctx.world_size, ctx.rank, learning_rate)
+    curve = _train_epochs(ddp, x.to(ctx.device), y.to(ctx.device), ctx.world_size, ctx.rank, learning_rate,
+                          per_rank_batch, lr, epochs, warmup_steps, seed)
     return {"curve": curve, "baseline": baseline, "params": flat_parameters(model).tolist()}
 
 
-def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
+def lr_scaling_summary(ranks: list[dict], variant: str, *, epochs: int) -> Summary:
     n = len(ranks)
     curve, baseline = ranks[0]["curve"], ranks[0]["baseline"]
     ratio = curve[-1] / baseline[-1]
@@ -369,12 +377,12 @@ def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
                           "학습 뒤 복제본이 모든 랭크에서 같다(최대 절대 차이)")]
     if n == 1:
         checks.append(not_applicable("final_loss_vs_single", "N=1이면 기준과 같은 학습이라 비교할 것이 없다"))
-    elif baseline[max(1, p["epochs"] // n)] < 1.5 * baseline[-1]:
+    elif baseline[max(1, epochs // n)] < 1.5 * baseline[-1]:
         # 같은 η, N배 적은 스텝: 에폭 E 뒤의 DDP는 한 프로세스의 에폭 E/N 무렵과 같아야 한다. 한 프로세스가 그 뒤로
         # 손실을 1.5배 넘게 줄이지 못하면(이미 수렴했거나 η가 너무 작다) 스텝 수의 차이가 손실에 드러나지 않는다
         checks.append(not_applicable("final_loss_vs_single",
-                                     f"한 프로세스 학습의 손실이 에폭 {max(1, p['epochs'] // n)} 뒤로 "
-                                     f"{baseline[max(1, p['epochs'] // n)] / baseline[-1]:.2f}배만 줄어, 스텝이 {n}배 적은 것이 "
+                                     f"한 프로세스 학습의 손실이 에폭 {max(1, epochs // n)} 뒤로 "
+                                     f"{baseline[max(1, epochs // n)] / baseline[-1]:.2f}배만 줄어, 스텝이 {n}배 적은 것이 "
                                      "손실에 드러나지 않는다(에폭·samples를 줄이거나 η를 키우세요)"))
     elif variant == "bug":
         checks.append(check_at_least("final_loss_vs_single", ratio, 1.2,
@@ -387,15 +395,15 @@ def lr_scaling_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
 
 # ----------------------------------------------------------------------------- 8. the same seed for data randomness
 
-def seed_rank(ctx: RankContext, variant: str, p: dict) -> dict:
-    x, y = synthetic_regression(ctx.world_size * p["steps"] * p["per_rank_batch"], in_features=16, seed=p["seed"])
-    model = (seeded_model_fix if variant == "fix" else seeded_model_bug)(ctx, p["seed"])
+def seed_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: int, lr: float, seed: int) -> dict:
+    x, y = synthetic_regression(ctx.world_size * steps * per_rank_batch, in_features=16, seed=seed)
+    model = (seeded_model_fix if variant == "fix" else seeded_model_bug)(ctx, seed)
     init = flat_parameters(model).tolist()
     ddp = wrap_ddp(model, ctx.device)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=p["lr"])
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
     masks, noises = [], []
-    for s in range(p["steps"]):
-        xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, p["per_rank_batch"], s)
+    for s in range(steps):
+        xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, s)
         noise = 0.1 * torch.randn_like(xb)                # 데이터 증강: 입력에 잡음
         optimizer.zero_grad()
         _loss(ddp, (xb + noise).to(ctx.device), yb.to(ctx.device)).backward()
@@ -405,8 +413,8 @@ def seed_rank(ctx: RankContext, variant: str, p: dict) -> dict:
     return {"init": init, "masks": masks, "noises": noises, "params": flat_parameters(model).tolist()}
 
 
-def seed_summary(ranks: list[dict], variant: str, p: dict) -> Summary:
-    n, steps, b = len(ranks), p["steps"], p["per_rank_batch"]
+def seed_summary(ranks: list[dict], variant: str, *, steps: int, per_rank_batch: int) -> Summary:
+    n, b = len(ranks), per_rank_batch
     # 전역 배치(모든 랭크의 샘플)에서 서로 다른 드롭아웃 마스크 수: 한 프로세스라면 N·(B/N)개
     distinct = [len({tuple(row) for r in ranks for row in r["masks"][s]}) for s in range(steps)]
     own = [len({tuple(row) for row in ranks[0]["masks"][s]}) for s in range(steps)]  # 랭크 0 혼자의 마스크 수
@@ -445,20 +453,39 @@ SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0":
              "shape": shape_summary, "lr_scaling": lr_scaling_summary, "seed": seed_summary}
 
 
-def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **p) -> dict:
+class TrapsRecord(TypedDict):
+    """What each rank of the 'traps' lab returns, and its summary data: one shape for every trap, since
+    each trap measures something different (that goes under ``measured``)."""
+
+    trap: str
+    variant: str
+    measured: dict[str, Any]
+
+
+def named_params(fn: Callable, params: dict) -> dict:
+    """The parameters among ``params`` that ``fn`` names after its ``*``: each trap takes only what it uses."""
+    names = {name for name, arg in inspect.signature(fn).parameters.items() if arg.kind is arg.KEYWORD_ONLY}
+    return {name: value for name, value in params.items() if name in names}
+
+
+def trap_summary(trap: str, measured: list[dict], variant: str, params: dict) -> Summary:
+    """One trap's summary of its ranks' measurements, given the parameters it names."""
+    summary = SUMMARIES[trap]
+    return summary(measured, variant, **named_params(summary, params))
+
+
+def rank_fn(ctx: RankContext, trap: str, variant: str, stderr_dir: str, **params) -> TrapsRecord:
     if stderr_dir:  # C++ 쪽(gloo)이 프로세스를 끝내기 직전에 쓰는 문장을 observe()가 읽을 수 있게
         stderr_to(Path(stderr_dir) / f"rank{ctx.rank}.txt")
-    return {"trap": trap, "variant": variant, "measured": RANK_FNS[trap](ctx, variant, p)}
+    measure = RANK_FNS[trap]
+    return {"trap": trap, "variant": variant, "measured": measure(ctx, variant, **named_params(measure, params))}
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     """Each trap's summary of what its ranks measured, under one record shape for every trap."""
     trap, variant = params["trap"], params["variant"]
-    inner = SUMMARIES[trap]([r["measured"] for r in ranks], variant, params)
+    inner = trap_summary(trap, [r["measured"] for r in ranks], variant, params)
     return Summary({"trap": trap, "variant": variant, "measured": inner.data}, inner.checks)
-
-
-KEYS = frozenset({"trap", "variant", "measured"})  # 함정마다 재는 것이 달라 그 내용은 "measured" 아래에 둔다
 
 
 def validate(params: dict, world_size: int) -> None:
@@ -493,8 +520,8 @@ LAB = Lab(
     chapter=10,
     default_nproc=2,
     validate=validate,
-    record_keys=KEYS,
-    data_keys=KEYS,
+    record=TrapsRecord,
+    data=TrapsRecord,
     params={"trap": Choice("no_sync", TRAPS, help="함정 이름"),
             "variant": Choice("bug", VARIANTS, help="bug: 함정 그대로, fix: 고친 코드"),
             "micro_steps": Int(4, min=1, max=64, help="no_sync: 누적할 마이크로 스텝 수 K"),

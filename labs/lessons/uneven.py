@@ -15,6 +15,7 @@ ranks shadow those All-Reduces with zeros until every rank is done.
 from __future__ import annotations
 
 import time
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Bool, Float, Int, seed
 from ..registry import Lab
@@ -136,10 +137,32 @@ def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch
             "solo_diff": solo_diff, "fingerprint": fingerprint(model)}
 
 
+class UnevenRecord(Described):
+    """What each rank of the 'uneven' lab returns."""
+
+    n: int
+    max_diff: dict[str, float]
+    pad_vs_full: float
+    grad_scale: float
+    join: dict[str, Any]
+
+
 def rank_fn(ctx: RankContext, base_batch: int, extra: int, join_batches: int, extra_batches: int,
-            join_batch: int, lr: float, seed: int, join: bool) -> dict:
+            join_batch: int, lr: float, seed: int, join: bool) -> UnevenRecord:
     return {**ctx.describe(), **uneven_batches(ctx, base_batch, extra, seed),
             "join": join_training(ctx, join_batches, extra_batches, join_batch, lr, seed, join)}
+
+
+class UnevenData(TypedDict):
+    """The summary data of the 'uneven' lab."""
+
+    counts: list[int]
+    max_diff: dict[str, float]
+    tolerance: float
+    pad_vs_full: float
+    grad_scale: float
+    iterations: list[int]
+    join_all_reduce: list[int]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -195,6 +218,6 @@ LAB = Lab(
             "lr": Float(0.1, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "seed": seed(),
             "join": Bool(True, help="Join 컨텍스트를 쓸지 (off면 멈춤을 보여 준다)")},
-    record_keys=DESCRIBE_KEYS | {"n", "max_diff", "pad_vs_full", "grad_scale", "join"},
-    data_keys=frozenset({"counts", "grad_scale", "iterations", "join_all_reduce", "max_diff", "pad_vs_full", "tolerance"}),
+    record=UnevenRecord,
+    data=UnevenData,
 )

@@ -10,11 +10,12 @@ longer averaged and the replicas drift apart (the preview of chapter 11).
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import Any, TypedDict
 
 import torch
 
 from ..comms import CollectiveCounter
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Float, Int, seed
@@ -57,7 +58,16 @@ def train(ctx: RankContext, optimizer: str, synced: bool, steps: int, per_rank_b
     return record
 
 
-def rank_fn(ctx: RankContext, steps: int, per_rank_batch: int, lr_sgd: float, lr_adam: float, seed: int) -> dict:
+class UpdateRecord(Described):
+    """What each rank of the 'update' lab returns."""
+
+    sgd: dict[str, Any]
+    adam: dict[str, Any]
+    no_sync: dict[str, Any]
+
+
+def rank_fn(ctx: RankContext, steps: int, per_rank_batch: int, lr_sgd: float, lr_adam: float,
+            seed: int) -> UpdateRecord:
     lr = {"sgd": lr_sgd, "adam": lr_adam}
     runs = {name: train(ctx, opt, synced, steps, per_rank_batch, lr[opt], seed) for name, opt, synced in RUNS}
     return {**ctx.describe(), **runs}
@@ -110,6 +120,13 @@ def _communication_checks(ranks: list[dict]) -> list:
     ]
 
 
+class UpdateData(TypedDict):
+    """The summary data of the 'update' lab."""
+
+    spread: dict[str, list[float]]
+    distinct_fingerprints: dict[str, list[int]]
+
+
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     spread = {run: max_rank_spread(ranks, run) for run, _, _ in RUNS}
     checks = [*_replica_checks(ranks, "sgd", "SGD(모멘텀)", spread["sgd"]),
@@ -132,6 +149,6 @@ LAB = Lab(
             "lr_sgd": Float(0.05, min=0.001, max=0.05, help="SGD 학습률 (B/N=1, 200스텝에서 0.07이면 발산한다)"),
             "lr_adam": Float(0.01, min=0.001, max=10.0, help="Adam 학습률"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"sgd", "adam", "no_sync"},
-    data_keys=frozenset({"distinct_fingerprints", "spread"}),
+    record=UpdateRecord,
+    data=UpdateData,
 )

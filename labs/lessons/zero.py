@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from typing import Any, TypedDict
 
 import torch
 
 from ..comms import CollectiveCounter, carried_bytes
-from ..context import DESCRIBE_KEYS, RankContext
+from ..context import Described, RankContext
 from ..ddp import ShardedOptimizer
 from ..ddp.zero_bugs import NoShare, StepAllParams, WrongOwner
 from ..models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes,
@@ -91,8 +92,16 @@ def train(ctx: RankContext, wrapper: str, init: torch.nn.Module, batches: list, 
     return model, record
 
 
+class ZeRORecord(Described):
+    """What each rank of the 'zero' lab returns."""
+
+    numels: list[int]
+    sgd: dict[str, dict[str, Any]]
+    adamw: dict[str, dict[str, Any]]
+
+
 def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps: int, lr: float, mistake: str,
-            seed: int) -> dict:
+            seed: int) -> ZeRORecord:
     n = ctx.world_size
     x, y = synthetic_regression(steps * n * per_rank_batch, width, width, seed=seed)
     x, y = x.to(ctx.device), y.to(ctx.device)
@@ -120,6 +129,23 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps
 def shard_state(per_param: list[int], owners: list[int], n: int) -> list[int]:
     """Per rank: the state bytes one process holds for the parameters the rank owns."""
     return [sum(b for b, o in zip(per_param, owners) if o == r) for r in range(n)]
+
+
+class ZeROData(TypedDict):
+    """The summary data of the 'zero' lab."""
+
+    n_params: int
+    n_tensors: int
+    memory: dict[str, dict[str, dict]]
+    single_state_bytes: int
+    expected_state: dict[str, list[int]]
+    state_fraction: dict[str, float]
+    shard_elements: list[int]
+    diffs: dict[str, dict[str, float]]
+    step_bytes: dict[str, list[int]]
+    step_ops: dict[str, list[dict]]
+    tolerance: float
+    bytes_per_param: dict[str, dict[str, float]]
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
@@ -229,7 +255,6 @@ LAB = Lab(
             "lr": Float(0.01, min=0.0, max=0.1, min_open=True, help="학습률 η (SGD 모멘텀 0.9, AdamW)"),
             "mistake": Choice("none", tuple(SHARDED), help="일부러 넣는 실수"),
             "seed": seed()},
-    record_keys=DESCRIBE_KEYS | {"numels", *OPTIMIZERS},
-    data_keys=frozenset({"n_params", "n_tensors", "memory", "single_state_bytes", "expected_state", "state_fraction",
-                         "shard_elements", "diffs", "step_bytes", "step_ops", "tolerance", "bytes_per_param"}),
+    record=ZeRORecord,
+    data=ZeROData,
 )

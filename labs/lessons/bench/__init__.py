@@ -23,13 +23,12 @@ training step the chapter shows are in :mod:`labs.ddp.cost_model` and :mod:`labs
 
 from __future__ import annotations
 
-from ...context import DESCRIBE_KEYS
 from ...errors import LabConfigError
 from ...params import Float, Int, ListOf, seed
 from ...registry import Lab
 from ...ddp.ring import SEGMENT_BYTES
-from .measure import CAPS, QUICK, SIZES, rank_fn
-from .summary import summarize
+from .measure import CAPS, QUICK, SIZES, BenchRecord, rank_fn
+from .summary import BenchData, summarize
 
 
 def validate(params: dict, world_size: int) -> None:
@@ -47,10 +46,8 @@ LAB = Lab(
     default_nproc=2,
     validate=validate,
     chapter=8,
-    record_keys=DESCRIBE_KEYS | {"cpu_count", "threads", "memcpy", "allreduce", "timeline", "ring_error", "socket", "ddp"},
-    data_keys=frozenset({"rows", "fit", "ring_fit", "memcpy", "timeline", "ddp", "bus_factor", "pipelined_vs_library",
-                         "pipeline_target", "pipeline_gate", "target", "segment_bytes", "socket", "device", "cpu_count",
-                         "oversubscribed", "threads_per_rank"}),
+    record=BenchRecord,
+    data=BenchData,
     params={"sizes": SIZES,
             "repeats": Int(QUICK["repeats"], min=1, max=1000, help="크기마다 재는 반복 수"),
             "warmup": Int(QUICK["warmup"], min=0, max=100, help="재기 전에 버리는 반복 수"),

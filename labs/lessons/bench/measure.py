@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Any, Callable, TypedDict
 
 import torch
 import torch.distributed as dist
 
 from ...comms import CollectiveCounter, written_bytes
-from ...context import RankContext
+from ...context import Described, RankContext
 from ...ddp.step import allreduce_each_gradient, train_step
 from ...models import count_parameters, layer_stack, wrap_ddp
 from ...params import Int, ListOf
@@ -186,8 +186,22 @@ def ddp_variants(ctx: RankContext, caps: list[float], width: int, depth: int, ba
             "micro_steps": {name: accum_steps if name == ACCUM else 1 for name in steps_by_name}}
 
 
+class BenchRecord(Described):
+    """What each rank of the 'bench' lab returns."""
+
+    cpu_count: int
+    threads: int
+    memcpy: dict[str, Any]
+    allreduce: list[dict[str, Any]]
+    timeline: dict[str, dict[str, Any]]
+    ring_error: dict[str, float]
+    socket: dict[str, int]
+    ddp: dict[str, Any]
+
+
 def rank_fn(ctx: RankContext, sizes: tuple[int, ...], repeats: int, warmup: int, memcpy_mb: int, caps_mb: tuple,
-            width: int, depth: int, batch: int, ddp_steps: int, accum_steps: int, segment_kb: int, seed: int) -> dict:
+            width: int, depth: int, batch: int, ddp_steps: int, accum_steps: int, segment_kb: int,
+            seed: int) -> BenchRecord:
     message_sizes = parse_sizes(sizes)
     return {
         **ctx.describe(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any, TypedDict
 
 from ...ddp.cost_model import bus_factor, fit_cost_model
 from ...result import Check, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, not_applicable
@@ -138,6 +139,28 @@ def _paired_steps(ranks: list[dict]) -> dict:
     return {"best_ddp": best, "busy_share": sum(t > SLOW * min(compute) for t in compute) / len(compute),
             "exposed_share": exposed, "ddp_vs_manual": paired_ratio(seconds[best], seconds["manual"]),
             "accum_vs_separate": paired_ratio(seconds[ACCUM], [k * t for t in seconds[caps[-1]]])}
+
+
+class BenchData(TypedDict):
+    """The summary data of the 'bench' lab."""
+
+    rows: list[dict[str, Any]]
+    fit: dict[str, float]
+    ring_fit: dict[str, float]
+    memcpy: dict[str, float]
+    timeline: dict[str, dict[str, Any]]
+    ddp: dict[str, Any]
+    bus_factor: float
+    pipelined_vs_library: float | None
+    pipeline_target: float
+    pipeline_gate: float
+    target: dict[str, dict[str, Any]]  # size label -> ratio, met
+    segment_bytes: int
+    socket: list[dict[str, int]]
+    device: str
+    cpu_count: int
+    oversubscribed: bool
+    threads_per_rank: int
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
