@@ -1,4 +1,4 @@
-"""labs.comms.CollectiveCounter sees exactly the work items the process group ran: the calls this
+"""labs.tools.comms.CollectiveCounter sees exactly the work items the process group ran: the calls this
 test makes itself, and DDP's bucketed All-Reduce launched from C++ (every gradient element once)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from conftest import clean_env
-from labs.comms import CollectiveCounter
+from labs.tools.comms import CollectiveCounter
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_ddp_backward_reduces_every_gradient_element_once(group_of_one):
 
 LATE_PEER = '''
 import sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
-from labs.comms import CollectiveCounter
+from labs.tools.comms import CollectiveCounter
 
 def rank_fn(rank, port, late_s):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)

@@ -1,7 +1,8 @@
 """The import layers of labs/, read from the AST of every module (function-level imports included).
 
-- labs/ddp/ (the code the book teaches) imports only torch, the standard library and the rank helpers
-  (labs.context, labs.comms, labs.models, labs.primitives): never the engine, a lesson, the grader or a figure.
+- labs/ddp/ (the code the book teaches) imports only torch, the standard library, labs/tools/ and
+  labs.context / labs.errors: never the engine, a lesson, the grader or a figure.
+- labs/tools/ (what rank functions share to measure) imports no lesson, DDP code, grader or figure.
 - The engine (labs/*.py) imports no lesson.
 - No lesson imports another lesson.
 - No import cycle anywhere.
@@ -21,7 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 LABS = REPO / "labs"
 
 # What labs/ddp may import from labs/: the rank helpers, never the engine or a lesson.
-DDP_MAY_IMPORT = {"labs.context", "labs.comms", "labs.models", "labs.primitives", "labs.errors"}
+UPPER_LAYERS = ("labs.lessons", "labs.ddp", "labs.grading", "labs.viz", "labs.widgets")  # labs/tools/ imports none
+DDP_MAY_IMPORT = {"labs.context", "labs.errors"}  # and any of labs/tools/ (what rank functions share to measure)
 
 KNOWN = {
     ("engine imports lesson", "labs.cli", "labs.lessons.bench"):
@@ -102,8 +104,11 @@ def violations(graph: dict[str, set[str]]) -> set[tuple[str, str, str]]:
     found = set()
     for module, edges in graph.items():
         for target in edges:
-            if module.startswith("labs.ddp") and not (target.startswith("labs.ddp") or target in DDP_MAY_IMPORT):
+            if module.startswith("labs.ddp") and not (target.startswith(("labs.ddp", "labs.tools"))
+                                                      or target in DDP_MAY_IMPORT):
                 found.add(("ddp imports engine", module, target))
+            if module.startswith("labs.tools.") and target.startswith(UPPER_LAYERS):
+                found.add(("tool imports an upper layer", module, target))
             if _is_engine(module) and _is_lesson(target):
                 found.add(("engine imports lesson", module, target))
             if _is_lesson(module) and _is_lesson(target) and _lesson_of(module) != _lesson_of(target):
@@ -126,12 +131,14 @@ def test_known_violation_is_still_true(entry):
 def test_the_rules_catch_a_broken_layout():
     graph = {
         "labs.ddp.ring": {"labs.launch"},
+        "labs.tools.comms": {"labs.ddp.ring"},
         "labs.launch": {"labs.lessons.x"},
         "labs.lessons.x": {"labs.lessons.y"},
         "labs.lessons.y": {"labs.lessons.x"},
     }
     assert violations(graph) == {
         ("ddp imports engine", "labs.ddp.ring", "labs.launch"),
+        ("tool imports an upper layer", "labs.tools.comms", "labs.ddp.ring"),
         ("engine imports lesson", "labs.launch", "labs.lessons.x"),
         ("lesson imports lesson", "labs.lessons.x", "labs.lessons.y"),
         ("lesson imports lesson", "labs.lessons.y", "labs.lessons.x"),

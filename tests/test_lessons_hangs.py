@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import labs
-from labs import pyspy
+from labs.tools import pyspy
 from labs.lessons import hangs
 from labs.viz import hangs as figures
 

@@ -39,8 +39,8 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 from labs.context import RankContext, device_for
-from labs.models import fingerprint, flat_parameters, tiny_mlp
-from labs.primitives import device_ids, make_optimizer
+from labs.tools.models import fingerprint, flat_parameters, tiny_mlp
+from labs.tools.primitives import device_ids, make_optimizer
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CONFIG_NAME = "run_config.json"  # what the checkpoints in the folder were trained with

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
 from labs.context import RankContext
-from labs.models import rank_batch, tiny_mlp
+from labs.tools.models import rank_batch, tiny_mlp
 
 
 # ----------------------------------------------------------------------------- 1. no_sync

@@ -26,10 +26,10 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import RankContext
-from ..models import layer_stack, mse_backward, rank_batch, storage_bytes
-from ..primitives import max_abs_diff
+from ..tools.models import layer_stack, mse_backward, rank_batch, storage_bytes
+from ..tools.primitives import max_abs_diff
 from .probes import OPTIMIZER_ARGS, ProbeConfig, _data, _oracle_grads, compare_grad, float_calls
 from .reach import reachable
 

@@ -35,10 +35,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..comms import CollectiveCounter, carried_bytes, mark
+from ..tools.comms import CollectiveCounter, carried_bytes, mark
 from ..context import RankContext
-from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
-from ..primitives import max_abs_diff
+from ..tools.models import layer_stack, mse_backward, rank_batch, wrap_ddp
+from ..tools.primitives import max_abs_diff
 
 LR = 0.05
 # AdamW는 0에 가까운 그래디언트 성분을 eps 정도까지 키운다: 기본 eps=1e-8이면 합하는 순서에 따른 반올림 차이

@@ -23,10 +23,10 @@ import copy
 import torch
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import RankContext
-from ..models import fingerprint, layer_stack, mse_backward, rank_batch, storage_bytes, wrap_ddp
-from ..primitives import max_abs_diff
+from ..tools.models import fingerprint, layer_stack, mse_backward, rank_batch, storage_bytes, wrap_ddp
+from ..tools.primitives import max_abs_diff
 from .probes import OPTIMIZER_ARGS, ProbeConfig, _data, float_calls
 from .reach import reachable
 

@@ -19,12 +19,12 @@ from typing import Any, TypedDict
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
+from ..tools.models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
                       wrap_ddp)
 from ..params import Float, Int, seed
-from ..primitives import max_abs_diff
+from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 

@@ -20,10 +20,10 @@ from typing import Any, TypedDict
 import torch
 import torch.distributed as dist
 
-from ..comms import written_bytes
+from ..tools.comms import written_bytes
 from ..context import Described, RankContext
-from ..primitives import max_abs_diff, sync
-from ..models import (fingerprint_tensors, flat_gradients, mse_backward, rank_batch, synthetic_regression,
+from ..tools.primitives import max_abs_diff, sync
+from ..tools.models import (fingerprint_tensors, flat_gradients, mse_backward, rank_batch, synthetic_regression,
                       tiny_mlp)
 from ..params import Int, seed
 from ..registry import Lab

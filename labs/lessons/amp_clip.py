@@ -28,12 +28,12 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn import functional as F
 
-from ..comms import CollectiveCounter, written_bytes
+from ..tools.comms import CollectiveCounter, written_bytes
 from ..context import Described, RankContext
-from ..models import (fingerprint, flat_gradients, flat_parameters, layer_stack, mse_backward, rank_batch,
+from ..tools.models import (fingerprint, flat_gradients, flat_parameters, layer_stack, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Choice, Float, Int, seed
-from ..primitives import max_abs_diff
+from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_at_most, check_close, check_equal, not_applicable
 

@@ -18,11 +18,11 @@ from typing import Any, TypedDict
 import torch
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import count_parameters, flat_gradients, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.models import count_parameters, flat_gradients, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
-from ..primitives import make_optimizer, max_abs_diff
+from ..tools.primitives import make_optimizer, max_abs_diff
 from ..registry import Lab
 from ..result import Check, Summary, check_at_least, check_close, check_equal
 

@@ -28,9 +28,9 @@ from torch.utils.data import TensorDataset
 
 from ..context import Described, RankContext
 from ..errors import LabConfigError
-from ..models import flat_parameters
+from ..tools.models import flat_parameters
 from ..params import Choice, Float, Int, seed
-from ..primitives import make_optimizer, max_abs_diff
+from ..tools.primitives import make_optimizer, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_close, check_equal, not_applicable
 from ..ddp.train_script import TrainConfig, load_digits_split, make_ddp_model, make_loader, make_model, train_one_epoch

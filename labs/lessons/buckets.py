@@ -4,7 +4,7 @@ DDP does not all-reduce every gradient on its own, and it does not wait for the 
 either. It packs gradients into buckets of at most ``bucket_cap_mb`` MiB and launches one
 All-Reduce per bucket as soon as every gradient in it is ready. Each rank here
 
-1. counts, with :class:`labs.comms.CollectiveCounter`, the All-Reduce calls of each backward for
+1. counts, with :class:`labs.tools.comms.CollectiveCounter`, the All-Reduce calls of each backward for
    several ``bucket_cap_mb`` values, and predicts the count from parameter sizes alone
    (the same greedy rule as ``compute_bucket_assignment_by_size`` in torch's reducer.cpp);
 2. records a timeline: when each layer's gradients were ready (tensor hooks) and when each
@@ -19,14 +19,14 @@ from typing import Any, TypedDict
 import torch
 import torch.distributed as dist
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp.buckets import ddp_bucket_caps, group_by_size
-from ..models import layer_stack, wrap_ddp
+from ..tools.models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
 from ..result import Summary, check_equal, check_true, not_applicable
-from ..timeline import Timeline
+from ..tools.timeline import Timeline
 
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
 

@@ -22,11 +22,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import flat_parameters, rank_batch, synthetic_regression, wrap_ddp
+from ..tools.models import flat_parameters, rank_batch, synthetic_regression, wrap_ddp
 from ..params import Int, seed
-from ..primitives import max_abs_diff
+from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 from ..ddp.buckets import MIB, ddp_bucket_caps, group_by_size

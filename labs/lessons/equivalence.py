@@ -20,9 +20,9 @@ from torch import nn
 
 from ..context import Described, RankContext
 from ..errors import LabConfigError
-from ..models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Int, seed
-from ..primitives import ATOL, RTOL, max_abs_diff
+from ..tools.primitives import ATOL, RTOL, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 

@@ -1,7 +1,7 @@
 """Chapter 2 lab: what each rank's process group really sends during the forward pass.
 
 Every rank computes its own loss ``L_i`` on its own mini-batch. Around every forward and every
-backward a :class:`~labs.comms.CollectiveCounter` records the collectives the process group ran,
+backward a :class:`~labs.tools.comms.CollectiveCounter` records the collectives the process group ran,
 for four models: a plain MLP, the same plus a layer it never uses wrapped with
 ``find_unused_parameters=True``, an MLP with
 BatchNorm whose buffers DDP syncs in forward (the default), and the same with
@@ -19,11 +19,11 @@ from typing import Any, TypedDict
 import torch
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
-from ..primitives import make_optimizer
+from ..tools.primitives import make_optimizer
 from ..registry import Lab
 from ..result import Check, Summary, check_at_least, check_close, check_equal, check_true
 

@@ -32,15 +32,15 @@ from typing import Any, TypedDict
 import torch
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp import FullyShardedDP
 from ..ddp.fsdp_bugs import FreeBeforeBackward, GradsInComputeDtype, SumNotAverage
-from ..models import (flat_parameters, held, layer_stack, mse_backward, rank_batch, shard_with_fsdp, storage_bytes,
+from ..tools.models import (flat_parameters, held, layer_stack, mse_backward, rank_batch, shard_with_fsdp, storage_bytes,
                       synthetic_regression, wrap_ddp)
 from ..params import Choice, Float, Int, seed
-from ..optim_state import OPTIMIZERS, train_single
-from ..primitives import ATOL, RTOL, max_abs_diff
+from ..tools.optim_state import OPTIMIZERS, train_single
+from ..tools.primitives import ATOL, RTOL, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_close, check_equal
 

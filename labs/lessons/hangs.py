@@ -27,8 +27,8 @@ from typing import Any, TypedDict
 import torch
 import torch.distributed as dist
 
-from .. import flight_recorder, pyspy
-from ..comms import quiet_stderr
+from ..tools import flight_recorder, pyspy
+from ..tools.comms import quiet_stderr
 from ..context import RankContext
 from ..params import Float, Int
 from ..registry import Lab

@@ -4,7 +4,7 @@ Steps (:mod:`labs.ddp.miniddp`): 0 one process on the global batch, 1 naive (one
 gradient after backward), 2 flat (one All-Reduce of one buffer), 3 overlap (async per-parameter
 All-Reduce from a hook), 4 buckets; plus torch's DDP with the same cap, and the forward-order
 buckets of the bug gallery (same results, lost overlap). For each: All-Reduce calls per
-iteration (profiler), step time (interleaved repeats, :func:`labs.timing.time_calls`), the
+iteration (profiler), step time (interleaved repeats, :func:`labs.tools.timing.time_calls`), the
 largest parameter difference after K steps vs torch DDP and vs the single process, and one
 iteration's timeline: when each gradient was ready and when each All-Reduce started and ended.
 The per-call cost α is measured with a one-element All-Reduce, to explain step 3 vs step 4.
@@ -21,19 +21,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp.buckets import MIB, group_by_size
 from ..ddp.miniddp import STEPS
 from ..ddp.bugs import ForwardOrderBuckets
-from ..miniddp_trace import AllReduceTrace
-from ..models import layer_stack, mse_backward, rank_batch, wrap_ddp
+from ..tools.trace import AllReduceTrace
+from ..tools.models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..params import Bool, Float, Int, seed
-from ..primitives import max_abs_diff, sync
+from ..tools.primitives import max_abs_diff, sync
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_equal, not_applicable
-from ..timeline import Timeline
-from ..timing import paired_ratio, slowest, time_calls
+from ..tools.timeline import Timeline
+from ..tools.timing import paired_ratio, slowest, time_calls
 
 VARIANTS = ("single", "naive", "flat", "overlap", "buckets", "forward", "ddp")
 OURS = ("naive", "flat", "overlap", "buckets", "forward")

@@ -4,7 +4,7 @@ The course's MLP is cast to bfloat16 and wrapped in DDP, so the forward, the bac
 All-Reduce run in bfloat16. The optimizer (SGD with momentum, AdamW) steps fp32 *master* copies of the
 parameters: before the step each master gets its bf16 gradient cast up, after it the bf16 parameter is
 copied back from the master (the recipe of the ZeRO paper's 2 + 2 + 12 bytes with Adam). After S steps
-each rank counts, by storage accounting (:func:`labs.models.storage_bytes`), the bf16 parameters, the bf16
+each rank counts, by storage accounting (:func:`labs.tools.models.storage_bytes`), the bf16 parameters, the bf16
 gradients and what the optimizer keeps: the fp32 masters plus its per-element state (the per-tensor
 ``step`` counter is a scalar, whatever the tensor's size, and is reported apart). The fp32 master
 gradients live only during the step and are freed after it. Divided by the number of parameters these
@@ -18,13 +18,13 @@ from typing import Any, TypedDict
 
 import torch
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import fingerprint_tensors, layer_stack, mse_backward, rank_batch, storage_bytes, synthetic_regression, wrap_ddp
+from ..tools.models import fingerprint_tensors, layer_stack, mse_backward, rank_batch, storage_bytes, synthetic_regression, wrap_ddp
 from ..params import Float, Int, seed
-from ..primitives import max_abs_diff
+from ..tools.primitives import max_abs_diff
 from ..registry import Lab
-from ..optim_state import OPTIMIZERS, elementwise_state
+from ..tools.optim_state import OPTIMIZERS, elementwise_state
 from ..result import Summary, check_equal, not_applicable
 
 COMPUTE = torch.bfloat16  # 계산·그래디언트·통신의 자료형

@@ -32,12 +32,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import (count_parameters, fingerprint, flat_parameters, held, local_shard, mse_backward, rank_batch,
+from ..tools.models import (count_parameters, fingerprint, flat_parameters, held, local_shard, mse_backward, rank_batch,
                       shard_with_fsdp, synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Choice, Float, Int, ListOf, seed
-from ..primitives import sync
+from ..tools.primitives import sync
 from ..registry import Lab
 from ..result import Check, Summary, check_at_most, check_close, check_equal, check_true
 

@@ -18,9 +18,9 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from ..context import Described, RankContext
-from ..models import count_parameters, fingerprint, flat_parameters, tiny_mlp
+from ..tools.models import count_parameters, fingerprint, flat_parameters, tiny_mlp
 from ..params import Int, seed
-from ..primitives import device_ids, max_abs_diff
+from ..tools.primitives import device_ids, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 

@@ -26,12 +26,12 @@ import torch
 from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..errors import LabConfigError
-from ..models import flat_parameters
+from ..tools.models import flat_parameters
 from ..params import Bool, Float, Folder, Int, seed
-from ..primitives import max_abs_diff
+from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal, not_applicable
 from ..ddp.train_script import (CHECKPOINT_NAME, TrainConfig, checkpoint_folder, count_correct, evaluate,

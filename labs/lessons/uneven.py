@@ -22,9 +22,9 @@ import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Bool, Float, Int, seed
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_close, check_equal

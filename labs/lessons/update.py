@@ -14,12 +14,12 @@ from typing import Any, TypedDict
 
 import torch
 
-from ..comms import CollectiveCounter
+from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
+from ..tools.models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
                       synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Float, Int, seed
-from ..primitives import make_optimizer
+from ..tools.primitives import make_optimizer
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 

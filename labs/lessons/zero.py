@@ -25,15 +25,15 @@ from typing import Any, TypedDict
 
 import torch
 
-from ..comms import CollectiveCounter, carried_bytes
+from ..tools.comms import CollectiveCounter, carried_bytes
 from ..context import Described, RankContext
 from ..ddp import ShardedOptimizer
 from ..ddp.zero_bugs import NoShare, StepAllParams, WrongOwner
-from ..models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes,
+from ..tools.models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes,
                       synthetic_regression, wrap_ddp)
 from ..params import Choice, Float, Int, seed
-from ..optim_state import OPTIMIZERS, state_tensors, train_single
-from ..primitives import ATOL, RTOL, max_abs_diff  # 5장과 같은 기준
+from ..tools.optim_state import OPTIMIZERS, state_tensors, train_single
+from ..tools.primitives import ATOL, RTOL, max_abs_diff  # 5장과 같은 기준
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_close, check_equal, not_applicable
 

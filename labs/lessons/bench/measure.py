@@ -13,14 +13,14 @@ from typing import Any, Callable, TypedDict
 import torch
 import torch.distributed as dist
 
-from ...comms import CollectiveCounter, written_bytes
+from ...tools.comms import CollectiveCounter, written_bytes
 from ...context import Described, RankContext
 from ...ddp.step import allreduce_each_gradient, train_step
-from ...models import count_parameters, layer_stack, wrap_ddp
+from ...tools.models import count_parameters, layer_stack, wrap_ddp
 from ...params import Int, ListOf
-from ...primitives import sync
+from ...tools.primitives import sync
 from ...ddp.ring import P2P, pipelined_ring_all_reduce_, ring_all_reduce_
-from ...timing import time_calls
+from ...tools.timing import time_calls
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 SIZES_QUICK = (4 << 10, 64 << 10, 1 << 20, 8 << 20)

@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 from ...ddp.cost_model import bus_factor, fit_cost_model
 from ...result import Check, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, not_applicable
 from ...ddp.ring import SEGMENT_BYTES
-from ...timing import paired_ratio, slowest
+from ...tools.timing import paired_ratio, slowest
 from .measure import ACCUM, CHECK_NUMEL, CHECK_SEGMENT_BYTES, IMPLS, QUICK, parse_caps, size_label
 
 PIPELINE_TARGET = 0.9  # 목표(gloo, CPU, 코어마다 랭크 하나): 16 MiB 이상에서 파이프라인 링 busbw ≥ 라이브러리의 0.9배
