@@ -94,8 +94,7 @@ def run_lab(args) -> int:
 
 def run_bench(args) -> int:
     """``python -m labs bench``: one process group per N, tables (or one JSON object) at the end."""
-    from .lessons.bench import report as bench
-
+    bench = get_lab("bench").report  # 표와 JSON: 실습이 Lab에 실어 둔 모듈(엔진은 실습을 import하지 않는다)
     params = {**(bench.FULL if not args.quick else {}), **get_lab("bench").parse_params(args.param)}
     if launch.in_torchrun():
         sizes = [None]  # the torchrun job's world size

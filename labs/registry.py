@@ -7,6 +7,7 @@ import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable, is_typeddict
 
 from .context import RankContext
@@ -41,6 +42,9 @@ class Lab:
     # Rules between parameters or with the world size; raises LabConfigError (Korean).
     validate: Callable[[dict, int], None] | None = None
     chapter: int = 99  # the book chapter that teaches it (orders `python -m labs list`)
+    # A lab with a command of its own (`python -m labs bench`): the module with its FULL parameters,
+    # default_world_sizes(), report(result) and to_json(results). The CLI reaches it here, importing no lesson.
+    report: ModuleType | None = None
 
     def __post_init__(self) -> None:
         for what, typed in (("record", self.record), ("data", self.data)):

@@ -7,8 +7,8 @@
 - No lesson imports another lesson.
 - No import cycle anywhere.
 
-What still breaks a rule is listed in KNOWN with its reason. The test also fails when a KNOWN entry stops being
-true, so the list can only shrink.
+There are no exceptions: a lab with a command of its own (``python -m labs bench``) hands the CLI its report
+module through its ``Lab``, so the engine never imports a lesson.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LABS = REPO / "labs"
@@ -25,12 +24,6 @@ LABS = REPO / "labs"
 UPPER_LAYERS = ("labs.lessons", "labs.ddp", "labs.grading", "labs.viz", "labs.widgets")  # labs/tools/ imports none
 DDP_MAY_IMPORT = {"labs.context", "labs.errors"}  # and any of labs/tools/ (what rank functions share to measure)
 
-KNOWN = {
-    ("engine imports lesson", "labs.cli", "labs.lessons.bench"):
-        "`python -m labs bench` prints the bench lab's nccl-tests-shaped tables (labs/lessons/bench/report.py)",
-    ("engine imports lesson", "labs.cli", "labs.lessons.bench.report"):
-        "the same import, seen through the package: `from .lessons.bench import report`",
-}
 
 
 def _module_name(path: Path) -> str:
@@ -117,15 +110,11 @@ def violations(graph: dict[str, set[str]]) -> set[tuple[str, str, str]]:
     return found
 
 
-def test_no_new_layer_violation():
-    new = violations(import_graph()) - set(KNOWN)
-    assert not new, "층을 넘는 import: " + "; ".join(" ".join(v) for v in sorted(new))
-
-
-@pytest.mark.parametrize("entry", sorted(KNOWN), ids=lambda e: " ".join(e))
-def test_known_violation_is_still_true(entry):
-    # A KNOWN entry that is fixed must leave the list, so that it cannot come back unnoticed.
-    assert entry in violations(import_graph()), f"고쳐졌습니다: KNOWN에서 지우세요: {entry}"
+def test_no_layer_violation():
+    graph = import_graph()
+    assert len(graph) > 50, "labs/의 모듈을 찾지 못했습니다"  # 빈 그래프로 통과하지 않게
+    found = violations(graph)
+    assert not found, "층을 넘는 import: " + "; ".join(" ".join(v) for v in sorted(found))
 
 
 def test_the_rules_catch_a_broken_layout():

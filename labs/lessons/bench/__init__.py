@@ -27,6 +27,7 @@ from ...errors import LabConfigError
 from ...params import Float, Int, ListOf, seed
 from ...registry import Lab
 from ...ddp.ring import SEGMENT_BYTES
+from . import report
 from .measure import CAPS, QUICK, SIZES, BenchRecord, rank_fn
 from .summary import BenchData, summarize
 
@@ -46,6 +47,7 @@ LAB = Lab(
     default_nproc=2,
     validate=validate,
     chapter=8,
+    report=report,
     record=BenchRecord,
     data=BenchData,
     params={"sizes": SIZES,
