@@ -23,12 +23,12 @@ import torch.distributed as dist
 from ..tools.comms import written_bytes
 from ..context import Described, RankContext
 from ..tools.primitives import max_abs_diff, sync
-from ..tools.models import (fingerprint_tensors, flat_gradients, mse_backward, rank_batch, synthetic_regression,
-                      tiny_mlp)
+from ..tools.models import fingerprint_tensors
 from ..params import Int, seed
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 from ..ddp.allreduce import library_all_reduce_, naive_all_reduce_
+from ..ddp.gradients import gradient_mean_vs_global
 from ..ddp.ring import P2P, ring_all_reduce_
 
 IMPLEMENTATIONS = ("library", "naive", "ring")
@@ -99,29 +99,6 @@ def _ring_demo(world_size: int, per_chunk: int, device: torch.device) -> dict:
 
     ring_all_reduce_(buf, P2P(), on_step=record)
     return {"demo_states": states}
-
-
-def gradient_mean_vs_global(ctx: RankContext, per_rank_batch: int, seed: int) -> dict:
-    """g_i on this rank's B/N samples vs. the gradient one process gets on all B samples."""
-    n = ctx.world_size
-    x, y = synthetic_regression(n * per_rank_batch, seed=seed)
-    x, y = x.to(ctx.device), y.to(ctx.device)
-    torch.manual_seed(seed)
-    model = tiny_mlp().to(ctx.device)  # 모든 랭크가 같은 시드: 같은 복제본
-    mse_backward(model, *rank_batch(x, y, ctx.rank, n, per_rank_batch))
-    g_i = flat_gradients(model)  # 내 미니배치(B/N개)의 평균 손실 L_i의 그래디언트
-    model.zero_grad()
-    mse_backward(model, x, y)
-    g_global = flat_gradients(model)  # 한 프로세스가 전역 배치 B개 전체로 구한 그래디언트
-    total = g_i.to(ctx.device, torch.float32)
-    dist.all_reduce(total)  # Σ g_i
-    total = total.to("cpu", torch.float64)
-    return {
-        "grad_local_vs_global": max_abs_diff(g_i, g_global),
-        "grad_mean_vs_global": max_abs_diff(total / n, g_global),
-        "grad_sum_norm_ratio": float(total.norm() / g_global.norm()),
-        "grad_global_max": float(g_global.abs().max()),
-    }
 
 
 class AllreduceRecord(Described):

@@ -16,40 +16,15 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 import torch
-from torch import nn
 
 from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..tools.models import count_parameters, flat_gradients, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..ddp.gradients import ddp_gradient, local_gradient
+from ..tools.models import count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
 from ..tools.primitives import make_optimizer, max_abs_diff
 from ..registry import Lab
 from ..result import Check, Summary, check_at_least, check_close, check_equal
-
-
-def local_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, CollectiveCounter]:
-    """This rank's own gradient g_i, and the collectives its forward and backward ran."""
-    # 1) 로컬 그래디언트 g_i: no_sync() 안에서는 순전파·역전파 모두 통신 없이 끝난다
-    with ddp.no_sync(), CollectiveCounter() as local_comm:
-        loss = nn.functional.mse_loss(ddp(x), y)
-        loss.backward()
-    local = flat_gradients(ddp.module)
-    ddp.zero_grad(set_to_none=True)
-    return local, local_comm
-
-
-def ddp_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor, watched: torch.Tensor) -> tuple:
-    """The same computation under DDP: the gradient after ``loss.backward()``, the loss, the collectives of the
-    backward and what a hook on ``watched`` saw while autograd computed it."""
-    # 2) DDP 그래디언트: 같은 계산, 이번에는 loss.backward() 안에서 All-Reduce가 일어난다
-    seen_in_backward = []  # 훅: autograd가 이 파라미터의 그래디언트를 막 계산한 순간의 값
-    hook = watched.register_hook(lambda grad: seen_in_backward.append(grad.detach().cpu().reshape(-1).tolist()))
-    loss = nn.functional.mse_loss(ddp(x), y)
-    with CollectiveCounter() as backward_comm:
-        loss.backward()
-    hook.remove()
-    synced = flat_gradients(ddp.module)       # backward가 돌아온 직후의 .grad
-    return synced, loss, backward_comm, seen_in_backward
 
 
 class BackwardRecord(Described):
