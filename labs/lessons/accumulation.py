@@ -13,14 +13,13 @@ runs three variants from the same initial model and counts the All-Reduce calls 
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, TypedDict
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
+from ..ddp.accumulation import accumulate
 from ..tools.models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
                       wrap_ddp)
 from ..params import Float, Int, seed
@@ -29,20 +28,6 @@ from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 
 VARIANTS = ("sync_every", "no_sync", "big_batch")
-
-
-def accumulate(ddp: DDP, micro_batches: list, skip_sync: bool) -> list[float]:
-    """K forward+backward passes, each loss scaled by 1/K; returns the local gradients before the last one."""
-    k = len(micro_batches)
-    local = []
-    for step, (x, y) in enumerate(micro_batches):
-        last = step == k - 1
-        if last:
-            local = flat_gradients(ddp.module).tolist()
-        # 마지막 마이크로 스텝만 동기화한다. 순전파도 no_sync() 안에 있어야 한다.
-        with ddp.no_sync() if skip_sync and not last else nullcontext():
-            mse_backward(ddp, x, y, scale=1.0 / k)  # 1/K: K개 평균의 평균 = 큰 배치의 평균
-    return local
 
 
 def run_variant(ctx: RankContext, variant: str, micro_batches: list, lr: float, seed: int) -> dict:
