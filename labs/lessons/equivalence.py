@@ -16,22 +16,17 @@ import copy
 from typing import TypedDict
 
 import torch
-from torch import nn
 
 from ..context import Described, RankContext
+from ..ddp.equivalence import train_both
 from ..errors import LabConfigError
-from ..tools.models import fingerprint, flat_parameters, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.models import fingerprint, flat_parameters, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Int, seed
-from ..tools.primitives import ATOL, RTOL, max_abs_diff
+from ..tools.primitives import ATOL, RTOL
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
 
 GRAD_REDUCE = ("mean", "sum")
-
-
-def step_permutation(global_batch: int, seed: int, step: int) -> torch.Tensor:
-    """The same reshuffle of the global batch on every rank (a seeded permutation per step)."""
-    return torch.randperm(global_batch, generator=torch.Generator().manual_seed(seed * 1000 + step))
 
 
 def validate(params: dict, world_size: int) -> None:
@@ -39,29 +34,6 @@ def validate(params: dict, world_size: int) -> None:
         raise LabConfigError(
             f"인자 global_batch: 랭크 수 N={world_size}로 나누어떨어져야 합니다(랭크마다 B/N개). "
             f"받은 값: {params['global_batch']}. 예: global_batch={world_size * max(1, params['global_batch'] // world_size)}")
-
-
-def train_both(ctx: RankContext, local: nn.Module, ddp: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
-               lr: float, seed: int, scale: float) -> tuple[list, list, list]:
-    """Each step, ``local`` learns from the whole global batch and ``ddp`` from this rank's B/N of it; the largest
-    gradient and parameter differences after every step, and every step's permutation of the batch."""
-    b = len(x) // ctx.world_size
-    opt_local = torch.optim.SGD(local.parameters(), lr=lr)
-    opt_ddp = torch.optim.SGD(ddp.parameters(), lr=lr)
-    diffs, grad_diffs, perms = [], [], []
-    for step in range(steps):
-        perm = step_permutation(len(x), seed, step)
-        xs, ys = x[perm.to(ctx.device)], y[perm.to(ctx.device)]
-        mine = slice(ctx.rank * b, (ctx.rank + 1) * b)
-        mse_backward(local, xs, ys)  # 전역 배치 전체의 평균 손실
-        mse_backward(ddp, xs[mine], ys[mine], scale)  # 내 몫의 평균 손실 L_i (DDP가 그래디언트를 평균)
-        grad_diffs.append(max_abs_diff([p.grad for p in local.parameters()], [p.grad for p in ddp.parameters()]))
-        for opt in (opt_local, opt_ddp):
-            opt.step()
-            opt.zero_grad()
-        diffs.append(max_abs_diff(list(local.parameters()), list(ddp.module.parameters())))
-        perms.append(perm.tolist())
-    return diffs, grad_diffs, perms
 
 
 class EquivalenceRecord(Described):
