@@ -29,14 +29,14 @@ from torch.utils.data.distributed import DistributedSampler
 from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..errors import LabConfigError
-from ..tools.models import flat_parameters
 from ..params import Bool, Float, Folder, Int, seed
 from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal, not_applicable
-from ..ddp.train_script import (CHECKPOINT_NAME, TrainConfig, checkpoint_folder, count_correct, evaluate,
-                            folder_conflict, global_mean, load_digits_split, make_ddp_model, make_loader, make_model,
-                            per_rank_batch, run_summary, save_checkpoint, sgd, train, train_one_epoch)
+from ..ddp.reference import train_reference
+from ..ddp.train_script import (CHECKPOINT_NAME, TrainConfig, checkpoint_folder, evaluate, folder_conflict, global_mean,
+                            load_digits_split, make_ddp_model, make_loader, per_rank_batch, run_summary,
+                            save_checkpoint, sgd, train, train_one_epoch)
 
 COUNTED_STEPS = 3  # 학습 스텝 1, 2(버킷 재구성), 3(그 뒤의 모든 스텝과 같음)
 
@@ -56,38 +56,6 @@ def epoch_orders(dataset_size: int, world_size: int, rank: int, seed: int, epoch
             sampler.set_epoch(epoch)
         orders.append(list(sampler))
     return orders
-
-
-def global_batches(train_set: TensorDataset, cfg: TrainConfig, world_size: int, epoch: int, shards: list):
-    """Every step's global batch: the N ranks' mini-batches side by side, built by the ranks' own loaders.
-
-    Appends each rank's sample order for this epoch to ``shards`` (to check it against the ranks' records).
-    """
-    loaders = []
-    for rank in range(world_size):
-        sampler, loader = make_loader(train_set, cfg, world_size, rank)
-        sampler.set_epoch(epoch)
-        shards.append(list(sampler))
-        loaders.append(loader)
-    for parts in zip(*loaders):
-        yield torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
-
-
-def train_reference(cfg: TrainConfig, world_size: int, train_set: TensorDataset, test_set: TensorDataset,
-                    device: torch.device) -> dict:
-    """The same training in ONE process, without DDP: one step per global batch of N·(B/N) samples."""
-    model = make_model(cfg, device)  # 같은 시드: DDP가 브로드캐스트한 랭크 0의 초기값과 같다
-    optimizer = sgd(model, cfg)
-    x_test, y_test = (t.to(device) for t in test_set.tensors)
-    history, orders = [], []
-    for epoch in range(cfg.epochs):
-        shards: list[list[int]] = []
-        loss_sum, count = train_one_epoch(model, global_batches(train_set, cfg, world_size, epoch, shards),
-                                          optimizer, device)
-        history.append({"epoch": epoch + 1, "loss": loss_sum.item() / count,
-                        "correct": count_correct(model, x_test, y_test), "total": len(y_test)})
-        orders.append(shards)
-    return {"history": history, "params": flat_parameters(model).tolist(), "orders": orders}
 
 
 def phase_collectives(ctx: RankContext, cfg: TrainConfig, train_set: TensorDataset,
