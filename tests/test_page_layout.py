@@ -1,6 +1,7 @@
 """What a reader sees of a chapter's code cells: the lab runs, figures and checks stay in the
-notebook (and run in every build), but their code is folded away (``hide-input``: a 펼쳐 보기 line)
-or, for a bare check or a quiz call, not shown at all (``remove-input``). Only the code the reader
+notebook (and run in every build), but their code is folded away (``hide-input``: a 펼쳐 보기 line, for the
+cells that run a lab) or not shown at all (``remove-input``: a check, a quiz call, a cell that only draws a figure or a
+table or shows a result). Only the code the reader
 writes (``%%writefile``, or a cell tagged ``reader-code``) is shown open.
 """
 

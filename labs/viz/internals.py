@@ -96,8 +96,8 @@ def _timeline_traces(timeline: dict, param_layer: list[int], visible: bool) -> l
         x=[(e - s) * ms for s, e in zip(starts, ends)], visible=visible, showlegend=False,
         marker_color=[LAYER_COLORS[k % 2] for k in range(n_layers)], text=[f"층{layer}" for layer in order],
         textposition="inside", insidetextanchor="middle", textangle=0, textfont={"size": 10},
-        hovertemplate=[f"층 {layer}의 역전파: %{{base:.2f}} → {e * ms:.2f} ms<extra></extra>"
-                       for layer, e in zip(order, ends)])
+        customdata=[[layer, e * ms] for layer, e in zip(order, ends)],  # 템플릿 하나: 막대마다 문자열을 두지 않는다
+        hovertemplate="층 %{customdata[0]}의 역전파: %{base:.2f} → %{customdata[1]:.2f} ms<extra></extra>")
     forward = go.Bar(orientation="h", y=["순전파"], base=[0.0], x=[timeline["backward_called"] * ms],
                      marker_color=WAITING_COLOR, visible=visible, showlegend=False,
                      hovertemplate="순전파: 0 → %{x:.2f} ms<extra></extra>")
@@ -108,9 +108,9 @@ def _timeline_traces(timeline: dict, param_layer: list[int], visible: bool) -> l
         orientation="h", y=lanes, base=[b["launch"] * ms for b in buckets],
         x=[(b["done"] - b["launch"]) * ms for b in buckets], marker_color=ALLREDUCE_COLOR, visible=visible,
         showlegend=False,
-        hovertemplate=[f"버킷 {b['bucket']} ({b['bytes'] / 1024:.0f} KiB, 층 {ls[0]}–{ls[-1]})<br>"
-                       f"All-Reduce 시작 {b['launch'] * ms:.2f} ms → 끝 {b['done'] * ms:.2f} ms<extra></extra>"
-                       for b, ls in zip(buckets, layers)])
+        customdata=[[b["bucket"], b["bytes"] / 1024, ls[0], ls[-1], b["done"] * ms] for b, ls in zip(buckets, layers)],
+        hovertemplate=("버킷 %{customdata[0]} (%{customdata[1]:.0f} KiB, 층 %{customdata[2]}–%{customdata[3]})<br>"
+                       "All-Reduce 시작 %{base:.2f} ms → 끝 %{customdata[4]:.2f} ms<extra></extra>"))
     return [forward, layer_bars, comm]
 
 
