@@ -4,8 +4,11 @@ for the browser tests (session-wide, so the whole suite starts the browser once)
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
+import socket
+import subprocess
 import time
 
 import sys
@@ -55,6 +58,21 @@ def clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and k not in REPLAY_VARS}
     env.update(extra)
     return env
+
+
+def run_two_rank_script(folder: Path, source: str) -> tuple[str, list[dict]]:
+    """Run ``source`` (a script that ``mp.spawn``s two ranks, each writing ``{out}.{rank}`` as JSON, given
+    ``sys.argv[1:] = port, out``) in ``folder``; its stderr and the two ranks' records."""
+    script = folder / "unit.py"
+    script.write_text(source, encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo = str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.run([sys.executable, str(script), str(port), str(folder / "out")], capture_output=True,
+                          text=True, timeout=180, env=clean_env(PYTHONPATH=repo), cwd=folder)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr, [json.loads((folder / f"out.{r}").read_text()) for r in (0, 1)]
 
 
 def _cmdline(p: psutil.Process) -> str:

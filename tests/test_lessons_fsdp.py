@@ -5,18 +5,12 @@ Embedding and a LayerNorm."""
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import labs
 from labs.lessons import fsdp as fsdp_lab
 
-from conftest import assert_only_these_fail, clean_env, has_hangul
+from conftest import assert_only_these_fail, has_hangul, run_two_rank_script
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -168,17 +162,7 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def unit(tmp_path_factory):
     """FullyShardedDP in a real 2-rank gloo group on Embedding → LayerNorm → Linear, fp32 and bfloat16."""
-    tmp = tmp_path_factory.mktemp("fsdp_unit")
-    script = tmp / "unit.py"
-    script.write_text(UNIT, encoding="utf-8")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    repo = str(Path(__file__).resolve().parent.parent)
-    proc = subprocess.run([sys.executable, str(script), str(port), str(tmp / "out")], capture_output=True,
-                          text=True, timeout=180, env=clean_env(PYTHONPATH=repo), cwd=tmp)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stderr, [json.loads((tmp / f"out.{r}").read_text()) for r in (0, 1)]
+    return run_two_rank_script(tmp_path_factory.mktemp("fsdp_unit"), UNIT)
 
 
 def test_embedding_and_linear_sharded_norm_replicated(unit):

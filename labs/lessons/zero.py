@@ -31,8 +31,8 @@ from ..ddp import ShardedOptimizer
 from ..ddp.zero_bugs import NoShare, StepAllParams, WrongOwner
 from ..tools.models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes,
                       synthetic_regression, wrap_ddp)
-from ..params import Choice, Float, Int, seed
-from ..tools.optim_state import OPTIMIZERS, state_tensors, train_single
+from ..params import Choice, Int
+from ..tools.optim_state import OPTIMIZERS, state_tensors, train_single, training_params
 from ..tools.primitives import ATOL, RTOL, max_abs_diff  # 5장과 같은 기준
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_close, check_equal, not_applicable
@@ -248,13 +248,8 @@ LAB = Lab(
     summarize=summarize,
     default_nproc=2,
     chapter=13,
-    params={"width": Int(32, min=1, max=512, help="MLP 한 층의 너비"),
-            "depth": Int(8, min=1, max=32, help="Linear 층 수(텐서가 많을수록 고르게 나뉜다)"),
-            "per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N"),
-            "steps": Int(3, min=1, max=20, help="학습 스텝 수 S"),
-            "lr": Float(0.01, min=0.0, max=0.1, min_open=True, help="학습률 η (SGD 모멘텀 0.9, AdamW)"),
-            "mistake": Choice("none", tuple(SHARDED), help="일부러 넣는 실수"),
-            "seed": seed()},
+    params=training_params(Int(8, min=1, max=32, help="Linear 층 수(텐서가 많을수록 고르게 나뉜다)"),
+                           Choice("none", tuple(SHARDED), help="일부러 넣는 실수")),
     record=ZeRORecord,
     data=ZeROData,
 )

@@ -8,6 +8,7 @@ from collections import Counter
 
 import torch
 
+from ..params import Float, Int, Spec, seed
 from .models import mse_backward, storage_bytes
 
 OPTIMIZERS = {"sgd": (torch.optim.SGD, {"momentum": 0.9}), "adamw": (torch.optim.AdamW, {"weight_decay": 0.01})}
@@ -45,3 +46,15 @@ def train_single(init: torch.nn.Module, batches: list, opt: str, lr: float) -> t
     return model, {"state_per_param": [storage_bytes(state_tensors(optimizer.state, [p])) for p in params],
                    "state_by_key": dict(by_key),
                    "elementwise_state": storage_bytes(elementwise_state(optimizer.state, params)[0])}
+
+
+def training_params(depth: Int, mistake: Spec) -> dict[str, Spec]:
+    """The parameters chapter 13's labs share (the MLP's width, the batch, the steps, the learning rate, the
+    seed) around the two that differ: how deep the MLP is and which reader's mistake to put in."""
+    return {"width": Int(32, min=1, max=512, help="MLP 한 층의 너비"),
+            "depth": depth,
+            "per_rank_batch": Int(4, min=1, max=1024, help="랭크당 배치 B/N"),
+            "steps": Int(3, min=1, max=20, help="학습 스텝 수 S"),
+            "lr": Float(0.01, min=0.0, max=0.1, min_open=True, help="학습률 η (SGD 모멘텀 0.9, AdamW)"),
+            "mistake": mistake,
+            "seed": seed()}
