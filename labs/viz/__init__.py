@@ -116,8 +116,9 @@ def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
     script = (f"<script>{_FRAME_TITLES_JS.format(id=json.dumps(div_id), title_id=json.dumps(title_id), titles=json.dumps(frame_titles))}"
               "</script>") if frame_titles else ""
     heading = f'<div class="ddp-figure-title" id="{title_id}">{title}</div>' if title or frame_titles else ""
-    figure = (f'<figure class="ddp-figure" role="group" aria-label="{html.escape(alt)}">{heading}{body}'
-              f'<figcaption class="ddp-figure-alt">{html.escape(alt)}</figcaption>{script}</figure>')
+    # 화면 읽기 프로그램의 이름은 figcaption에서(aria-labelledby): 같은 문장을 속성에 또 적지 않는다
+    figure = (f'<figure class="ddp-figure" role="group" aria-labelledby="{div_id}-alt">{heading}{body}'
+              f'<figcaption class="ddp-figure-alt" id="{div_id}-alt">{html.escape(alt)}</figcaption>{script}</figure>')
     display({"text/html": figure, "application/vnd.plotly.v1+json": json.loads(fig.to_json())}, raw=True)
 
 
