@@ -23,6 +23,7 @@ import parallel  # noqa: E402
 from parallel import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure  # noqa: E402,F401  (hooks: xdist rules)
 
 from labs.errors import LabCheckFailed  # noqa: E402
+from labs.grading import diagnosis, failed_checks, report  # noqa: E402
 from labs.replay import RECORD_ENV, REPLAY_ENV  # noqa: E402
 
 REPLAY_VARS = (RECORD_ENV, REPLAY_ENV)
@@ -73,6 +74,16 @@ def run_two_rank_script(folder: Path, source: str) -> tuple[str, list[dict]]:
                           text=True, timeout=180, env=clean_env(PYTHONPATH=repo), cwd=folder)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr, [json.loads((folder / f"out.{r}").read_text()) for r in (0, 1)]
+
+
+def assert_gallery_bug(gallery, bugs: dict, bug: str, cause: str) -> None:
+    """Class ``bug`` of a graded gallery fails exactly the checks ``bugs[bug]`` names, the first is its
+    diagnosis, and its part of the report gives ``cause`` as the most likely cause."""
+    expected = bugs[bug]
+    assert diagnosis(gallery, bug) == expected[0], report(gallery)
+    assert failed_checks(gallery, bug) == set(expected)
+    text = report(gallery).split("채점: 클래스 ")[list(bugs).index(bug) + 1]
+    assert f"가장 가능성 높은 원인 ({expected[0]}): {cause}" in text, text
 
 
 def _cmdline(p: psutil.Process) -> str:

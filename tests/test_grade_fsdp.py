@@ -16,10 +16,10 @@ import textwrap
 import pytest
 
 import labs
-from conftest import clean_env, has_hangul
+from conftest import assert_gallery_bug, clean_env, has_hangul
 from labs.ddp.fsdp_bugs import BUGS
 from labs.errors import EXIT_BAD_INPUT
-from labs.grading import GradeInputError, diagnosis, failed_checks, report
+from labs.grading import GradeInputError, diagnosis, report
 from labs.grading.fsdp_judge import CHECKS
 from labs.grading.hints import HINTS_OF
 from labs.grading.report import cause_text
@@ -133,12 +133,8 @@ def gallery():
 
 @pytest.mark.parametrize("bug", list(BUGS))
 def test_every_bug_fails_exactly_its_named_checks(gallery, bug):
-    expected = BUGS[bug]
-    assert diagnosis(gallery, bug) == expected[0], report(gallery)
-    assert failed_checks(gallery, bug) == set(expected)
-    text = report(gallery).split("채점: 클래스 ")[list(BUGS).index(bug) + 1]
     cls = next(c for c in gallery.data["classes"] if c["name"] == bug)
-    assert f"가장 가능성 높은 원인 ({expected[0]}): {cause_text(cls, expected[0])[0]}" in text, text
+    assert_gallery_bug(gallery, BUGS, bug, cause_text(cls, BUGS[bug][0])[0])
 
 
 def test_the_sum_is_named_by_its_ratio(gallery):

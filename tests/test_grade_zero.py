@@ -16,10 +16,10 @@ import textwrap
 import pytest
 
 import labs
-from conftest import clean_env, has_hangul
+from conftest import assert_gallery_bug, clean_env, has_hangul
 from labs.ddp.zero_bugs import BUGS
 from labs.errors import EXIT_BAD_INPUT
-from labs.grading import GradeInputError, diagnosis, failed_checks, report
+from labs.grading import GradeInputError, diagnosis, report
 from labs.grading.hints import HINTS_OF
 from labs.grading.zero_judge import CHECKS
 
@@ -149,12 +149,7 @@ def gallery():
 
 @pytest.mark.parametrize("bug", list(BUGS))
 def test_every_bug_fails_exactly_its_named_checks(gallery, bug):
-    expected = BUGS[bug]
-    assert diagnosis(gallery, bug) == expected[0], report(gallery)
-    assert failed_checks(gallery, bug) == set(expected)
-    text = report(gallery).split("채점: 클래스 ")[list(BUGS).index(bug) + 1]
-    cause = HINTS_OF["zero"][expected[0]][1]
-    assert f"가장 가능성 높은 원인 ({expected[0]}): {cause}" in text, text
+    assert_gallery_bug(gallery, BUGS, bug, HINTS_OF["zero"][BUGS[bug][0]][1])
 
 
 def test_wrong_owner_names_the_parameters_left_stale(gallery):
