@@ -10,7 +10,7 @@ LAB_RUNS := $(CURDIR)/_build/lab-runs
 # 쉬지 않는다. 파일 하나는 한 작업자에서, 시간을 재는 테스트(@pytest.mark.alone)는 혼자 돈다 (tests/parallel.py)
 TEST_WORKERS := -n 3 --dist loadfile --no-loadscope-reorder
 
-.PHONY: book test venv browser slurm serve clean lab-list
+.PHONY: book test lint venv browser slurm serve clean lab-list
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ venv: $(STAMP)
 book: $(STAMP)
 	LABS_RECORD_DIR=$(LAB_RUNS) $(BIN)/jupyter-book build . $(JB_FLAGS)
 
+# 린트와 형 검사: ruff(pycodestyle, pyflakes, import 순서, 비공개 이름 import)와 mypy, 찾은 것이 하나라도 있으면 실패.
+# 설정은 pyproject.toml; mypy는 .mypy_cache/에 캐시한다 (다시 돌리면 몇 초)
+lint: $(STAMP)
+	$(BIN)/ruff check labs tests book/_ext
+	$(BIN)/mypy
+
 # 브라우저 테스트용: Debian의 chromium과 한글 글꼴 (없을 때만 설치)
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! fc-list 2>/dev/null | grep -qi "noto sans cjk"; then \
@@ -30,14 +36,14 @@ browser:
 	  else echo "chromium/fonts-noto-cjk가 없습니다: sudo apt-get install chromium fonts-noto-cjk 로 설치하세요." >&2; fi; \
 	fi
 
-# Slurm·munge 테스트용 (tests/test_launchers.py가 임시 폴더에 단일 노드 클러스터를 띄운다; 없을 때만 설치)
+# Slurm·munge 테스트용 (tests/test_engine_cluster_commands.py가 임시 폴더에 단일 노드 클러스터를 띄운다; 없을 때만 설치)
 slurm:
 	@if ! PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null 2>&1 || ! PATH="$$PATH:/usr/sbin" command -v munged >/dev/null 2>&1 || ! command -v sbatch >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmd slurmctld slurm-client munge >/dev/null; \
 	  else echo "Slurm이 없습니다: sudo apt-get install slurmd slurmctld slurm-client munge 로 설치하세요 (없으면 Slurm 테스트는 건너뜁니다)." >&2; fi; \
 	fi
 
-test: book browser slurm
+test: lint book browser slurm
 	LABS_RECORD_DIR=$(LAB_RUNS) LABS_REPLAY_DIR=$(LAB_RUNS) \
 	  $(BIN)/python -m pytest tests --nbval-lax --nbval-current-env book/ -p no:cacheprovider --durations=30 $(TEST_WORKERS)
 

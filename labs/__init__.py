@@ -4,8 +4,7 @@ Each lab is a small function run on every rank of a real ``torch.distributed`` p
 group; the launcher (:mod:`labs.launch`) is separate from the lessons.
 """
 
-from .errors import (LabCheckFailed, LabConfigError, LabError, LabTimeoutError, RankCrashedError,
-                     RankFailedError)
+from .errors import LabCheckFailed, LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from .grading import grade
 from .launch import run
 from .registry import all_labs, get_lab

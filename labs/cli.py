@@ -9,22 +9,25 @@ from collections.abc import Callable
 
 from . import launch
 from .context import BACKENDS
-from .errors import (EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_LAB_ERROR, EXIT_OK, LabConfigError, LabError,
-                     LaunchInterrupted)
+from .doctor import cli as doctor_cli
+from .errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_LAB_ERROR,
+    EXIT_OK,
+    EXIT_SIGNAL,
+    LabConfigError,
+    LabError,
+    LaunchInterrupted,
+    say,
+)
 from .grading import explain_error, report
-from .grading.runner import DEFAULT_TIMEOUT as GRADE_TIMEOUT, checked, lab_params, traced
+from .grading.runner import DEFAULT_TIMEOUT as GRADE_TIMEOUT
+from .grading.runner import checked, lab_params, traced
 from .grading.source import REFERENCE
 from .params import describe
 from .registry import all_labs, get_lab
 from .result import LabResult
-
-
-def _say(line: str) -> None:
-    """One line on stderr, even when the terminal is gone (SIGHUP)."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 class _KoreanParser(argparse.ArgumentParser):
@@ -66,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--timeout", type=float, default=GRADE_TIMEOUT, help="제한 시간(초): 교착은 이 시간 뒤 위치와 함께 보고")
     grade.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="채점 인자 (예: bucket_cap_mb=0.01, steps=5; python -m labs list --params)")
+    doctor_cli.add_parser(sub)
     return parser
 
 
@@ -80,10 +84,11 @@ def _run_or_join(lab: str, args, nproc: int | None, **params) -> LabResult | Non
 def _reported(results: list[LabResult | None], text: Callable[[list[LabResult]], str]) -> int:
     """Print ``text(results)`` and return the exit code; a torchrun rank other than 0 prints nothing
     (rank 0 reports for everyone)."""
-    if any(r is None for r in results):
+    done = [r for r in results if r is not None]
+    if len(done) < len(results):
         return EXIT_OK
-    print(text(results))
-    return EXIT_OK if all(r.ok for r in results) else EXIT_CHECK_FAILED
+    print(text(done))
+    return EXIT_OK if all(r.ok for r in done) else EXIT_CHECK_FAILED
 
 
 def run_lab(args) -> int:
@@ -95,6 +100,7 @@ def run_lab(args) -> int:
 def run_bench(args) -> int:
     """``python -m labs bench``: one process group per N, tables (or one JSON object) at the end."""
     bench = get_lab("bench").report  # 표와 JSON: 실습이 Lab에 실어 둔 모듈(엔진은 실습을 import하지 않는다)
+    assert bench is not None, "the bench lab carries its report module"
     params = {**(bench.FULL if not args.quick else {}), **get_lab("bench").parse_params(args.param)}
     if launch.in_torchrun():
         sizes = [None]  # the torchrun job's world size
@@ -118,7 +124,7 @@ def run_grade(args) -> int:
     return _reported([result], lambda rs: report(rs[0]))
 
 
-COMMANDS = {"run": run_lab, "bench": run_bench, "grade": run_grade}
+COMMANDS = {"run": run_lab, "bench": run_bench, "grade": run_grade, "doctor": doctor_cli.run}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,5 +146,5 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_LAB_ERROR
     except LaunchInterrupted as err:  # SIGTERM, SIGHUP: the ranks are already stopped
-        _say(f"중단: {err}")
-        return err.code
+        say(f"중단: {err}")
+        return EXIT_SIGNAL + err.signum

@@ -1,9 +1,10 @@
 """The command lines for GPU nodes, several nodes and Slurm: one source for the docs and the tests.
 
 README.md and the appendix (``book/appendix_gpu.ipynb``) show exactly the strings these functions
-render with their defaults; ``tests/test_launchers.py`` runs the same functions with the
+render with their defaults; ``tests/test_engine_cluster_commands.py`` runs the same functions with the
 placeholders filled in (``HEAD_NODE`` → 127.0.0.1 and a free port, 8 GPUs → 2 CPU ranks,
 the script folder → an absolute path) and checks that README.md contains the default strings.
+Chapter 14's lines for the reader's recipe (``recipe/``) work the same way, run by ``tests/test_book_recipe.py``.
 """
 
 from __future__ import annotations
@@ -36,20 +37,23 @@ def torchrun_grade(path: str = "labs/ddp/miniddp.py", nproc: int = GPUS_PER_NODE
     return f"torchrun --nproc_per_node={nproc} -m labs grade {shlex.quote(path)}"
 
 
+def _nodes(nnodes: int, nproc: int, head: str, port: int, program: str) -> str:
+    return (f"torchrun --nnodes={nnodes} --nproc_per_node={nproc} --rdzv-backend=c10d "
+            f"--rdzv-endpoint={head}:{port} {program}")
+
+
 def torchrun_nodes(lab: str = "replicas", nnodes: int = 2, nproc: int = GPUS_PER_NODE,
                    head: str = HEAD_NODE, port: int = PORT, params: dict | None = None) -> str:
     """Several nodes: the same line on every node; the agents meet at ``head:port`` (c10d)."""
-    return (f"torchrun --nnodes={nnodes} --nproc_per_node={nproc} --rdzv-backend=c10d "
-            f"--rdzv-endpoint={head}:{port} {_lab_args(lab, params)}")
+    return _nodes(nnodes, nproc, head, port, _lab_args(lab, params))
 
 
 def _sbatch(script: str, args: str, cpu_ranks: int | None, slurm_dir: str) -> str:
-    line = f"sbatch {slurm_dir}/{script} {args}"
+    line = " ".join(filter(None, (f"{slurm_dir}/{script}", args)))
     if cpu_ranks is None:  # GPU partition: the scripts' #SBATCH defaults as they are
-        return line
+        return f"sbatch {line}"
     # CPU partition: no GPUs, one node, NPROC_PER_NODE ranks with a core each
-    return (f"NPROC_PER_NODE={cpu_ranks} sbatch --nodes=1 --gpus-per-node=0 --cpus-per-task={cpu_ranks} "
-            f"{slurm_dir}/{script} {args}")
+    return f"NPROC_PER_NODE={cpu_ranks} sbatch --nodes=1 --gpus-per-node=0 --cpus-per-task={cpu_ranks} {line}"
 
 
 def sbatch_lab(lab: str = "replicas", cpu_ranks: int | None = None, slurm_dir: str = SLURM_DIR) -> str:
@@ -85,12 +89,45 @@ def torchrun_restart_argv(line: str, python: str) -> tuple[list[str], dict[str, 
     return [python, "-m", "torch.distributed.run", *words[1:]], env
 
 
+# ----------------------------------------------------------------------------- chapter 14: the reader's recipe
+
+RECIPE_DIR = "recipe"  # the two scripts a reader copies, relative to the repository root
+RECIPE_SINGLE, RECIPE_DDP, RECIPE_SBATCH = "train_single.py", "train_ddp.py", "train_ddp.sbatch"
+
+
+def recipe_single(recipe_dir: str = RECIPE_DIR) -> str:
+    """One device (a GPU if there is one, else the CPU): the plain script, no torchrun."""
+    return f"python {recipe_dir}/{RECIPE_SINGLE}"
+
+
+def recipe_torchrun(nproc: int = GPUS_PER_NODE, recipe_dir: str = RECIPE_DIR) -> str:
+    """One node: torchrun starts ``nproc`` ranks of the DDP script (one per GPU; ``nproc=1`` for one GPU)."""
+    return f"torchrun --standalone --nproc_per_node={nproc} {recipe_dir}/{RECIPE_DDP}"
+
+
+def recipe_nodes(nnodes: int = 2, nproc: int = GPUS_PER_NODE, head: str = HEAD_NODE, port: int = PORT,
+                 recipe_dir: str = RECIPE_DIR) -> str:
+    """Several nodes: the same line on every node, as for the labs (:func:`torchrun_nodes`)."""
+    return _nodes(nnodes, nproc, head, port, f"{recipe_dir}/{RECIPE_DDP}")
+
+
+def recipe_sbatch(cpu_ranks: int | None = None, recipe_dir: str = RECIPE_DIR) -> str:
+    """Slurm: ``recipe/train_ddp.sbatch`` (its #SBATCH lines: 2 nodes × 8 GPUs); ``cpu_ranks``: a CPU partition."""
+    return _sbatch(RECIPE_SBATCH, "", cpu_ranks, recipe_dir)
+
+
+def recipe_commands() -> list[str]:
+    """Chapter 14's launch lines: one GPU (plain and DDP), 8 GPUs on a node, 2 nodes, Slurm (GPU and CPU)."""
+    return [recipe_single(), recipe_torchrun(1), recipe_torchrun(), recipe_nodes(), recipe_sbatch(),
+            recipe_sbatch(cpu_ranks=CPU_RANKS)]
+
+
 TRAP_ON_GPU = {"trap": "seed", "variant": "fix"}  # chapter 10: a trap run that ends (no hang, no crash)
 
 
 def page_commands() -> list[str]:
     """The launch lines the chapters show besides README's (each page renders them from here)."""
-    return [torchrun_restart(), torchrun_grade(), torchrun_one_node("traps", params=TRAP_ON_GPU)]
+    return [torchrun_restart(), torchrun_grade(), torchrun_one_node("traps", params=TRAP_ON_GPU), *recipe_commands()]
 
 
 def readme_commands() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 
 # The exit codes, one table: every command of ``python -m labs`` (run, bench, grade, list), a torchrun
 # rank's hang watch, the launcher and the tests read them from here.
@@ -12,6 +13,14 @@ EXIT_BAD_INPUT = 2         # bad input (LabConfigError), said in Korean before a
 EXIT_LAB_ERROR = 3         # a rank raised, died or did not finish in time
 EXIT_SIGNAL = 128          # + the signal that stopped the launcher (SIGHUP 129, SIGINT 130, SIGTERM 143), as a shell says
 EXIT_MAIN_REIMPORTED = 86  # a rank's own exit: it re-ran the main script (the launcher raises MainGuardMissing)
+
+
+def say(line: str) -> None:
+    """One line on stderr, even when the terminal is gone (SIGHUP)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 class LabError(RuntimeError):
@@ -71,14 +80,17 @@ def exit_cause(exitcode: int | None) -> str:
 
 
 class RankCrashedError(LabError):
-    """A rank process died without reporting (killed, segfault, os._exit)."""
+    """A rank process died without reporting (killed, segfault, os._exit); ``places``: where each rank
+    was last seen, in the reader's words (the grader fills it)."""
 
-    def __init__(self, lab: str, rank: int, exitcode: int | None, stderr_tail: str = ""):
+    def __init__(self, lab: str, rank: int, exitcode: int | None, stderr_tail: str = "",
+                 places: dict[int, str] | None = None):
         self.lab = lab
         self.rank = rank
         self.exitcode = exitcode
         self.stderr_tail = stderr_tail
-        self._init_args = (lab, rank, exitcode, stderr_tail)
+        self.places = places or {}
+        self._init_args = (lab, rank, exitcode, stderr_tail, self.places)
         tail = (f"\n--- 랭크 {rank}의 마지막 표준 오류 ---\n{stderr_tail}" if stderr_tail.strip()
                 else "\n(이 랭크가 표준 오류에 남긴 것은 없습니다.)")
         super().__init__(
@@ -88,14 +100,17 @@ class RankCrashedError(LabError):
 
 
 class LabTimeoutError(LabError):
-    """Some ranks did not finish within the time limit."""
+    """Some ranks did not finish within the time limit; ``places``: where each rank was stuck, in the reader's
+    words (the grader fills it)."""
 
-    def __init__(self, lab: str, timeout: float, missing_ranks: list[int], where: dict[int, str] | None = None):
+    def __init__(self, lab: str, timeout: float, missing_ranks: list[int], where: dict[int, str] | None = None,
+                 places: dict[int, str] | None = None):
         self.lab = lab
         self.timeout = timeout
         self.missing_ranks = missing_ranks
         self.where = where or {}
-        self._init_args = (lab, timeout, missing_ranks, self.where)
+        self.places = places or {}
+        self._init_args = (lab, timeout, missing_ranks, self.where, self.places)
         ranks = ", ".join(str(r) for r in missing_ranks)
         details = "".join(f"\n  - 랭크 {r}: {self.where[r]}" for r in missing_ranks if r in self.where)
         super().__init__(

@@ -21,7 +21,6 @@ import faulthandler
 import math
 import multiprocessing as mp
 import multiprocessing.connection
-import multiprocessing.util
 import os
 import pickle
 import re
@@ -33,25 +32,37 @@ import threading
 import time
 import traceback
 from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 
-from .context import RankContext, check_nproc, device_for, resolve_backend
-from .errors import (EXIT_MAIN_REIMPORTED, LabConfigError, LabTimeoutError, LaunchInterrupted, MainGuardMissing,
-                     RankCrashedError, RankFailedError)
 from . import replay
+from .context import RankContext, check_nproc, device_for, resolve_backend
+from .errors import (
+    EXIT_MAIN_REIMPORTED,
+    LabConfigError,
+    LabTimeoutError,
+    LaunchInterrupted,
+    MainGuardMissing,
+    RankCrashedError,
+    RankFailedError,
+)
 from .hangwatch import HangWatch, store_timeout
 from .registry import get_lab, lesson_modules
 from .result import LabResult
 from .stacks import describe_faulthandler
-from .torchrun import VARIABLES as TORCHRUN_VARIABLES, detect as detect_torchrun, in_torchrun
+from .torchrun import VARIABLES as TORCHRUN_VARIABLES
+from .torchrun import detect as detect_torchrun
+from .torchrun import in_torchrun
 
 __all__ = ["run", "run_in_place", "in_torchrun", "check_timeout", "spawn_ranks"]
 
 HOST = "127.0.0.1"
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 86400.0  # one day: beyond it no deadline means anything (and timedelta overflows near 8.6e13 s)
+MIN_TIMEOUT = 0.001  # a millisecond: the store's deadlines and the launcher's polls count in milliseconds (1e-320 is no deadline)
 # After a first error, how long to listen for the root cause (a crashed or raising peer).
 _CAUSE_GRACE = 0.5
 # Errors a rank gets only because a *peer* failed: never the root cause when another exists.
@@ -129,10 +140,10 @@ def _replayed(lab, recorded: dict, backend: str, params: dict) -> LabResult:
 
 def check_timeout(timeout) -> None:
     ok = (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and math.isfinite(timeout)
-          and 0 < timeout <= MAX_TIMEOUT)
+          and MIN_TIMEOUT <= timeout <= MAX_TIMEOUT)
     if not ok:
-        raise LabConfigError(f"timeout은 0보다 큰 유한한 초 단위 숫자(최대 {MAX_TIMEOUT:g}초, 하루)여야 합니다. "
-                             f"받은 값: {timeout!r}")
+        raise LabConfigError(f"timeout은 {MIN_TIMEOUT:g}초 이상 {MAX_TIMEOUT:g}초(하루) 이하의 유한한 초 단위 숫자여야 "
+                             f"합니다. 받은 값: {timeout!r}")
 
 
 def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_TIMEOUT,
@@ -155,7 +166,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
         ctx = RankContext(rank, world_size, local_rank, resolved, device_for(resolved, local_rank))
         record = lab.run_rank(ctx, params)
         watch.finished()
-        gathered = [None] * world_size if rank == 0 else None
+        gathered: list[Any] | None = [None] * world_size if rank == 0 else None
         dist.gather_object(record, gathered, dst=0)
     except Exception:
         watch.absorb_echo()
@@ -163,7 +174,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     finally:
         watch.stop()
         dist.destroy_process_group()
-    return lab.finish(gathered, resolved, params) if rank == 0 else None
+    return lab.finish(gathered, resolved, params) if gathered is not None else None
 
 
 def _context() -> mp.context.BaseContext:
@@ -245,7 +256,7 @@ def _main_without_missing_file():
     process would try to run it again and die. Such a main is started like ``python -c``: not re-run."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if path is None or os.path.isfile(path):
+    if main is None or path is None or os.path.isfile(path):
         yield
         return
     del main.__file__
@@ -311,7 +322,7 @@ def _collect(lab_name: str, ranks: list[_Rank], timeout: float) -> dict:
         waiting = {r.results: r for r in pending}
         waiting.update({r.stderr: r for r in ranks if r.stderr_open})
         limit = min(deadline, cause_until or deadline) - now
-        for conn in mp.connection.wait(list(waiting), timeout=min(0.5, max(0.0, limit))):
+        for conn in cast("list[Connection]", mp.connection.wait(list(waiting), timeout=min(0.5, max(0.0, limit)))):
             r = waiting[conn]
             if conn is r.stderr:
                 r.forward_stderr()
@@ -374,7 +385,7 @@ def _where_stuck(ranks: list[_Rank], missing: list[int]) -> dict[int, str]:
     until = time.monotonic() + 2.0
     while time.monotonic() < until:
         pipes = {ranks[r].stack: r for r in missing}
-        ready = mp.connection.wait(list(pipes), timeout=0.3 if all(texts.values()) else until - time.monotonic())
+        ready = cast("list[Connection]", mp.connection.wait(list(pipes), timeout=0.3 if all(texts.values()) else until - time.monotonic()))
         if not ready:
             break
         for conn in ready:
@@ -454,6 +465,10 @@ def _rank_main(lab_name: str, rank: int, world_size: int, backend: str, port: in
         rank_timeout = timedelta(seconds=timeout + _RANK_TIMEOUT_MARGIN)
         store = dist.TCPStore(HOST, port, None, False, rank_timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=rank_timeout)
+        # Every rank's connections are up before the lab starts: a lab that never communicates (traps set_epoch)
+        # must not let one rank finish and close its sockets while another is still connecting (gloo's
+        # connectFullMesh then fails with "Connection closed by peer").
+        dist.barrier(device_ids=[rank]) if backend == "nccl" else dist.barrier()
         ctx = RankContext(rank, world_size, rank, backend, device_for(backend, rank))
         record = get_lab(lab_name).run_rank(ctx, params)
         payload = pickle.dumps(record)

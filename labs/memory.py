@@ -3,14 +3,20 @@
 The only arithmetic of the calculator lives here; the page's script (``memory_calc.js``) repeats it on
 the numbers :func:`calculator_config` hands it, and a test runs both on a grid of inputs.
 
-Per GPU, with Ψ parameters, N GPUs and p, g, k the bytes per parameter of the parameters, gradients
-and optimizer state (the ZeRO paper's accounting, Rajbhandari et al. 2020; k includes the fp32 master
-weights in mixed precision):
+Per GPU, with Ψ parameters, N GPUs and p, g, b, k the bytes per parameter of the parameters, gradients,
+DDP's flat buckets and optimizer state (the ZeRO paper's accounting, Rajbhandari et al. 2020, plus DDP's
+buckets; k includes the fp32 master weights in mixed precision):
 
-* DDP: p·Ψ + g·Ψ + k·Ψ (every GPU holds everything; N does not appear)
-* ZeRO-1: p·Ψ + g·Ψ + k·Ψ/N, ZeRO-2: p·Ψ + (g + k)·Ψ/N, ZeRO-3 / FSDP: (p + g + k)·Ψ/N
+* DDP: p·Ψ + g·Ψ + b·Ψ + k·Ψ (every GPU holds everything; N does not appear)
+* ZeRO-1 (under DDP, as chapter 13 builds it): p·Ψ + g·Ψ + b·Ψ + k·Ψ/N
+* ZeRO-2: p·Ψ + (g + k)·Ψ/N, ZeRO-3 / FSDP: (p + g + k)·Ψ/N (the gradients are reduce-scattered into
+  shards: no full-size flat copy; their temporary buffers are not counted)
 
-p, g and k are not typed here: :func:`measured_bytes` reads them from the ``zero`` lab (float32) and the
+b is DDP's default: with ``gradient_as_bucket_view=False`` the reducer keeps its buckets beside ``p.grad``,
+a second copy of every gradient (chapter 7.9); ``bucket_view=True`` (``gradient_as_bucket_view=True``)
+makes ``p.grad`` a view into the buckets, and b drops out (the ZeRO paper's numbers).
+
+p, g, b and k are not typed here: :func:`measured_bytes` reads them from the ``zero`` lab (float32) and the
 ``mixed`` lab (bf16 mixed precision with fp32 master weights), both counted from tensor storages on real
 ranks. Activations are an estimate, not a measurement: a transformer layer keeps about 16·b·s·h values
 for backward (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models":
@@ -21,10 +27,10 @@ temporary buffers and the allocator's slack are not counted.
 
 from __future__ import annotations
 
-KINDS = ("params", "grads", "state", "activations")
-# 전략마다 N으로 나누는 종류 (나머지는 GPU마다 통째로)
-STRATEGIES = {"ddp": ("DDP", ()), "zero1": ("ZeRO-1", ("state",)), "zero2": ("ZeRO-2", ("grads", "state")),
-              "zero3": ("ZeRO-3 / FSDP", ("params", "grads", "state"))}
+KINDS = ("params", "grads", "buckets", "state", "activations")
+# 전략마다 (이름, N으로 나누는 종류, DDP의 버킷이 있는가). 나머지 종류는 GPU마다 통째로
+STRATEGIES = {"ddp": ("DDP", (), True), "zero1": ("ZeRO-1", ("state",), True),
+              "zero2": ("ZeRO-2", ("grads", "state"), False), "zero3": ("ZeRO-3 / FSDP", ("params", "grads", "state"), False)}
 PRECISIONS = {"fp32": "fp32", "bf16_mixed": "bf16 혼합 (fp32 마스터 가중치)"}
 OPTIMIZERS = {"sgd": "SGD (모멘텀)", "adamw": "AdamW"}
 ACTIVATION_VALUES = 16  # 층 하나가 토큰 하나·은닉 차원 하나마다 역전파용으로 두는 값의 수 (추정)
@@ -41,10 +47,12 @@ def measured_bytes(zero, mixed) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def per_gpu(per_param: dict[str, float], n_params: float, n_gpus: int, strategy: str, batch: int, seq: int,
-            hidden: int, layers: int) -> dict[str, float]:
-    """Bytes one GPU holds, by kind (:data:`KINDS`), for one precision and optimizer's ``per_param`` bytes."""
-    sharded = STRATEGIES[strategy][1]
+            hidden: int, layers: int, bucket_view: bool = False) -> dict[str, float]:
+    """Bytes one GPU holds, by kind (:data:`KINDS`), for one precision and optimizer's ``per_param`` bytes
+    (``bucket_view``: DDP with ``gradient_as_bucket_view=True``, no bucket copy)."""
+    _, sharded, with_buckets = STRATEGIES[strategy]
     held = {k: per_param[k] * n_params / (n_gpus if k in sharded else 1) for k in ("params", "grads", "state")}
+    held["buckets"] = per_param["buckets"] * n_params if with_buckets and not bucket_view else 0.0
     held["activations"] = ACTIVATION_VALUES * batch * seq * hidden * layers * per_param["params"]
     return held
 
@@ -55,8 +63,8 @@ def fits(held: dict[str, float], gpu_gb: float) -> bool:
 
 def calculator_config(measured: dict) -> dict:
     """Everything the page's script needs, as JSON-able data: the measured bytes and the rules above."""
-    return {"bytes": measured, "strategies": {k: {"label": label, "sharded": list(sharded)}
-                                              for k, (label, sharded) in STRATEGIES.items()},
+    return {"bytes": measured, "strategies": {k: {"label": label, "sharded": list(sharded), "buckets": buckets}
+                                              for k, (label, sharded, buckets) in STRATEGIES.items()},
             "precisions": PRECISIONS, "optimizers": OPTIMIZERS, "activation_values": ACTIVATION_VALUES,
             "gpus": list(GPU_GB), "gb": GB,
             "presets": [{"name": name, "params": p, "hidden": h, "layers": layers} for name, p, h, layers in PRESETS]}

@@ -1,16 +1,18 @@
 (function () {
   // 13.2절 메모리 계산기. 계산은 labs/memory.py의 per_gpu와 같다(테스트가 두 구현을 입력 격자에서 견준다).
   // 파라미터 하나의 바이트는 실습이 잰 값이고, 이 스크립트는 그 값을 페이지에 들어 있는 JSON에서 읽는다.
-  var KINDS = ["params", "grads", "state", "activations"];
-  var NAMES = {params: "파라미터", grads: "그래디언트", state: "옵티마이저 상태", activations: "활성값(추정)"};
-  var COLORS = {params: "#4C78A8", grads: "#F58518", state: "#54A24B", activations: "#B279A2"};
+  var KINDS = ["params", "grads", "buckets", "state", "activations"];
+  var NAMES = {params: "파라미터", grads: "그래디언트", buckets: "DDP 버킷(그래디언트 사본)", state: "옵티마이저 상태",
+               activations: "활성값(추정)"};
+  var COLORS = {params: "#4C78A8", grads: "#F58518", buckets: "#E45756", state: "#54A24B", activations: "#B279A2"};
 
   function perGpu(config, x) {
-    var perParam = config.bytes[x.precision][x.optimizer], sharded = config.strategies[x.strategy].sharded;
+    var strategy = config.strategies[x.strategy], perParam = config.bytes[x.precision][x.optimizer];
     var held = {};
     ["params", "grads", "state"].forEach(function (k) {
-      held[k] = perParam[k] * x.params / (sharded.indexOf(k) >= 0 ? x.gpus : 1);
+      held[k] = perParam[k] * x.params / (strategy.sharded.indexOf(k) >= 0 ? x.gpus : 1);
     });
+    held.buckets = strategy.buckets && !x.bucket_view ? perParam.buckets * x.params : 0;
     held.activations = config.activation_values * x.batch * x.seq * x.hidden * x.layers * perParam.params;
     return held;
   }
@@ -25,6 +27,9 @@
     var perParam = config.bytes[x.precision][x.optimizer];
     if (k === "activations") {
       return config.activation_values + " × b × s × h × L × " + perParam.params + " B";
+    }
+    if (k === "buckets" && (!config.strategies[x.strategy].buckets || x.bucket_view)) {
+      return "0 (" + (x.bucket_view ? "gradient_as_bucket_view=True" : "DDP의 버킷 없음") + ")";
     }
     return perParam[k] + " B × Ψ" + (config.strategies[x.strategy].sharded.indexOf(k) >= 0 ? " ÷ N" : "");
   }
@@ -41,7 +46,7 @@
       return {params: num("params", 0) * 1e9, precision: field("precision").value, optimizer: field("optimizer").value,
               gpus: Math.max(1, Math.round(num("gpus", 1))), strategy: field("strategy").value,
               batch: Math.round(num("batch", 0)), seq: Math.round(num("seq", 0)), hidden: Math.round(num("hidden", 0)),
-              layers: Math.round(num("layers", 0))};
+              layers: Math.round(num("layers", 0)), bucket_view: field("bucket_view").value === "true"};
     }
     function bar(x, key) {
       var held = perGpu(config, Object.assign({}, x, {strategy: key})), sum = total(held);

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,8 +165,26 @@ class Text:
         return value
 
 
-# What the file systems the course runs on allow (Linux and macOS: NAME_MAX and PATH_MAX, in bytes).
+# What the file systems the course runs on allow when the path's file system does not say (Linux and macOS:
+# NAME_MAX and PATH_MAX, in bytes); os.pathconf of the path's nearest existing folder says otherwise.
 NAME_MAX, PATH_MAX = 255, 4096
+
+
+def _nearest_existing(value: str) -> str:
+    """The deepest folder (or file) of ``value`` that exists now (``value`` itself if it does)."""
+    here = os.path.abspath(value)
+    while not os.path.lexists(here) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    return here
+
+
+def _limits(value: str) -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) in bytes of the file system that would hold ``value``."""
+    try:
+        base = _nearest_existing(value)
+        return os.pathconf(base, "PC_NAME_MAX"), os.pathconf(base, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX, PATH_MAX
 
 
 def _path_problem(value: str) -> str | None:
@@ -173,18 +192,36 @@ def _path_problem(value: str) -> str | None:
     if "\0" in value:
         return "NUL 문자가 들어 있습니다"
     encoded = os.fsencode(value)
-    long = [part for part in encoded.split(b"/") if len(part) > NAME_MAX]
+    name_max, path_max = _limits(value)
+    long = [part for part in encoded.split(b"/") if len(part) > name_max]
     if long:
-        return f"이름 하나가 {NAME_MAX}바이트를 넘습니다({len(long[0])}바이트: {os.fsdecode(long[0][:24])}…)"
-    if len(encoded) > PATH_MAX:
-        return f"경로 전체가 {PATH_MAX}바이트를 넘습니다({len(encoded)}바이트)"
+        return f"이름 하나가 {name_max}바이트를 넘습니다({len(long[0])}바이트: {os.fsdecode(long[0][:24])}…)"
+    if len(encoded) > path_max:
+        return f"경로 전체가 {path_max}바이트를 넘습니다({len(encoded)}바이트)"
+    return None
+
+
+def _folder_problem(value: str) -> str | None:
+    """Why the ranks could not create ``value`` as a folder or write in it (Korean), or ``None``."""
+    if os.path.lexists(value) and not os.path.isdir(value):
+        return "폴더가 아니라 이미 있는 파일입니다"
+    base = _nearest_existing(value)
+    if not os.path.isdir(base):
+        return f"경로 중간의 {base}이(가) 폴더가 아니라 파일이라 그 아래에 폴더를 만들 수 없습니다"
+    try:
+        with tempfile.TemporaryFile(dir=base):  # 권한·읽기 전용 파일 시스템·꽉 찬 디스크: 직접 써 본다
+            pass
+    except OSError as err:
+        what = "폴더에" if base == os.path.abspath(value) else f"폴더를 만들 {base}에"
+        return f"{what} 쓸 수 없습니다({err.strerror or err})"
     return None
 
 
 @dataclass(frozen=True)
 class FilePath(Text):
     """A path the operating system must be able to open: no NUL character, no name over
-    :data:`NAME_MAX` bytes, not over :data:`PATH_MAX` bytes in all (otherwise a rank fails with OSError)."""
+    :data:`NAME_MAX` bytes, not over :data:`PATH_MAX` bytes in all (or what ``os.pathconf`` says of the file
+    system that would hold it; otherwise a rank fails with OSError)."""
 
     def check(self, name: str, value: Any) -> str:
         value = super().check(name, value)
@@ -196,12 +233,29 @@ class FilePath(Text):
 
 @dataclass(frozen=True)
 class Folder(FilePath):
-    """A folder the ranks read and write (a checkpoint folder, say); ``""`` means none. A recorded
-    run (labs/replay.py) is keyed by what the folder holds, not by its name, and a replay leaves in
-    it what the run left."""
+    """A folder the ranks create if need be, read and write (a checkpoint folder, say); ``""`` means none.
+    ``writes``: the names the ranks put inside it (a folder too long to hold them is refused too). Refused
+    before any rank starts: a path that names a file, lies under a file, or cannot be written. A recorded
+    run (labs/replay.py) is keyed by what the folder holds, not by its name, and a replay leaves in it
+    what the run left."""
+
+    writes: tuple[str, ...] = ()
 
     def rule(self) -> str:
         return "폴더 경로 문자열" + ("(비우면 폴더를 쓰지 않음)" if self.allow_empty else "(비어 있으면 안 됨)")
+
+    def check(self, name: str, value: Any) -> str:
+        value = super().check(name, value)
+        if not value:
+            return value
+        inside = next(filter(None, (_path_problem(os.path.join(value, file)) for file in self.writes)), None)
+        if inside:
+            raise LabConfigError(f"인자 {name}의 폴더는 그 안에 랭크가 쓸 파일({', '.join(self.writes)})의 경로를 "
+                                 f"운영 체제가 열 수 없습니다: {inside}. 더 짧은 경로를 주세요.")
+        problem = _folder_problem(value)
+        if problem:
+            raise LabConfigError(f"인자 {name}의 폴더 {value}를 쓸 수 없습니다: {problem}. 쓸 수 있는 다른 폴더를 주세요.")
+        return value
 
 
 @dataclass(frozen=True)
@@ -262,7 +316,7 @@ class ListOf:
             raise _bad(name, self.rule(), value)
         if not self.min_len <= len(value) <= self.max_len:
             raise _bad(name, self.rule(), value)
-        items = []
+        items: list[Any] = []
         for v in value:
             if isinstance(v, str) and v in self.words:
                 items.append(v)

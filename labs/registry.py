@@ -6,6 +6,7 @@ import difflib
 import functools
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, is_typeddict
@@ -15,8 +16,8 @@ from .errors import LabConfigError
 from .params import Folder, InputFile, Spec, parse_pairs, resolve
 from .result import LabResult, Summary
 
-RankFn = Callable[..., dict]
-Summarize = Callable[[list, str, dict], Summary]
+RankFn = Callable[..., Mapping[str, Any]]  # rank_fn(ctx, **params) -> XRecord (a TypedDict)
+Summarize = Callable[[list[Any], str, dict[str, Any]], Summary[Any]]  # summarize(list[XRecord], ...) -> Summary[XData]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Lab:
         """Command-line ``KEY=VALUE`` strings as typed values (not yet merged with the defaults)."""
         return parse_pairs(self.name, self.params, pairs)
 
-    def run_rank(self, ctx: RankContext, params: dict[str, Any]) -> dict:
+    def run_rank(self, ctx: RankContext, params: dict[str, Any]) -> Mapping[str, Any]:
         record = self.rank_fn(ctx, **params)
         _check_keys(self.name, "랭크 기록", record, self.record_keys)
         return record
@@ -102,10 +103,13 @@ class Lab:
 
 def typed_keys(typed: type | None) -> frozenset[str] | None:
     """The field names of a ``TypedDict`` (its own and those it inherits); ``None`` for ``None``."""
-    return None if typed is None else frozenset(typed.__required_keys__ | typed.__optional_keys__)
+    if typed is None:
+        return None
+    keys: frozenset[str] = getattr(typed, "__required_keys__") | getattr(typed, "__optional_keys__")
+    return frozenset(keys)
 
 
-def _check_keys(lab: str, what: str, record: dict, declared: frozenset[str] | None) -> None:
+def _check_keys(lab: str, what: str, record: Mapping[str, Any], declared: frozenset[str] | None) -> None:
     if declared is None:
         return
     if not isinstance(record, dict):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .errors import LabCheckFailed
 
@@ -43,14 +44,14 @@ class Check:
         """The rule the value was held to, in the report's words."""
         if self.kind == "close":
             if self.tolerance == 0:
-                return f"= {_fmt(self.expected)} (정확히)"
-            return f"|값 − {_fmt(self.expected)}| ≤ {_fmt(self.tolerance)}"
+                return f"= {format_value(self.expected)} (정확히)"
+            return f"|값 − {format_value(self.expected)}| ≤ {format_value(self.tolerance)}"
         if self.kind == "equal":
-            return f"= {_fmt(self.expected)}"
+            return f"= {format_value(self.expected)}"
         if self.kind == "at_most":
-            return f"≤ {_fmt(self.expected)}"
+            return f"≤ {format_value(self.expected)}"
         if self.kind == "at_least":
-            return f"≥ {_fmt(self.expected)}"
+            return f"≥ {format_value(self.expected)}"
         if self.kind == "true":
             return "참이어야 함"
         return "해당 없음"
@@ -70,7 +71,7 @@ class Check:
 
 def check_close(name: str, value: float | None, expected: float, tolerance: float, description: str) -> Check:
     """A numeric claim: ``|value - expected| <= tolerance``."""
-    ok = not _missing(value) and abs(value - expected) <= tolerance
+    ok = value is not None and not _missing(value) and abs(value - expected) <= tolerance
     return Check(name, "close", ok, value, description, expected, tolerance)
 
 
@@ -82,13 +83,13 @@ def check_equal(name: str, value: Any, expected: Any, description: str) -> Check
 
 def check_at_most(name: str, value: float | None, bound: float, description: str) -> Check:
     """An upper bound: ``value <= bound``."""
-    ok = not _missing(value) and value <= bound
+    ok = value is not None and not _missing(value) and value <= bound
     return Check(name, "at_most", ok, value, description, bound)
 
 
 def check_at_least(name: str, value: float | None, bound: float, description: str) -> Check:
     """A lower bound: ``value >= bound``."""
-    ok = not _missing(value) and value >= bound
+    ok = value is not None and not _missing(value) and value >= bound
     return Check(name, "at_least", ok, value, description, bound)
 
 
@@ -103,11 +104,19 @@ def not_applicable(name: str, reason: str) -> Check:
     return Check(name, "n/a", True, None, reason)
 
 
-@dataclass(frozen=True)
-class Summary:
-    """What a lesson's ``summarize`` returns: its data and its checks (the engine adds the rest)."""
+# Rank records read by a key chosen at run time (``r[run]``): helpers of a ``summarize`` take these; the
+# ``summarize`` itself takes ``list[XRecord]``, so literal keys are checked against the lab's TypedDicts.
+RankRecords = Sequence[Mapping[str, Any]]
 
-    data: dict
+D = TypeVar("D")  # a lab's summary data: its ``XData`` TypedDict
+
+
+@dataclass(frozen=True)
+class Summary(Generic[D]):
+    """What a lesson's ``summarize`` returns: its data (typed by the lab's ``XData``) and its checks (the engine adds
+    the rest). ``summarize(...) -> Summary[XData]`` lets the type checker hold the data's keys to ``XData``."""
+
+    data: D
     checks: list[Check]
 
 
@@ -138,7 +147,7 @@ class LabResult:
         """Raise :class:`LabCheckFailed` (in Korean) if any claim stopped holding."""
         bad = self.failed()
         if bad:
-            lines = [f"- {c.name}: 측정값 {_fmt(c.value)}, 기준 {c.criterion()} — {c.description}" for c in bad]
+            lines = [f"- {c.name}: 측정값 {format_value(c.value)}, 기준 {c.criterion()} — {c.description}" for c in bad]
             raise LabCheckFailed(
                 f"실습 '{self.lab}'(N={self.world_size}, {self.backend})에서 확인이 실패했습니다. "
                 "본문의 주장이 더 이상 성립하지 않습니다:\n" + "\n".join(lines)
@@ -164,7 +173,7 @@ class LabResult:
         lines = [head, "-" * len(head)]
         for c in self.checks.values():
             mark = "해당 없음" if not c.applicable else ("통과" if c.ok else "실패")
-            value = "" if not c.applicable else f"{_fmt(c.value)} (기준 {c.criterion()})"
+            value = "" if not c.applicable else f"{format_value(c.value)} (기준 {c.criterion()})"
             lines.append(f"[{mark}] {c.name}: {value}".rstrip(": "))
             lines.append(f"       {c.description}")
         applicable = [c for c in self.checks.values() if c.applicable]
@@ -181,7 +190,7 @@ class LabResult:
                 mark = '<span class="check-na">– 해당 없음</span>'
             else:
                 mark = '<span class="check-ok">○ 통과</span>' if c.ok else '<span class="check-fail">× 실패</span>'
-            value = "—" if not c.applicable else _cell(_fmt(c.value))
+            value = "—" if not c.applicable else _cell(format_value(c.value))
             rows.append(
                 f"<tr><td>{mark}</td><td><code>{html.escape(c.name)}</code></td>"
                 f"<td>{value}</td><td>{_cell(c.criterion())}</td><td>{html.escape(c.description)}</td></tr>"
@@ -210,11 +219,12 @@ class LabResult:
         return f"× {self.lab} 실습의 확인 {len(applicable)}개 중 {len(applicable) - passed}개 실패{tail} — 자세히 보기"
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A measured value or a bound as every report shows it (floats to six significant digits)."""
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
     return str(value)
 
 

@@ -38,6 +38,6 @@ def describe_faulthandler(text: str) -> str:
 
 def describe_thread(thread: threading.Thread) -> str:
     """Where ``thread`` (of this process) is right now."""
-    frame = sys._current_frames().get(thread.ident)
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
     summary = traceback.extract_stack(frame) if frame is not None else []
-    return describe_frames([(s.filename, s.lineno, s.name) for s in reversed(summary)])
+    return describe_frames([(s.filename, s.lineno or 0, s.name) for s in reversed(summary)])

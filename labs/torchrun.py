@@ -10,6 +10,7 @@ ranks and say which variables they ignored.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,22 +42,23 @@ class TorchrunEnv:
                 f"랭크를 직접 띄웁니다. 지우려면: unset {names}")
 
 
-def _int(env: dict, key: str) -> int | None:
+def _int(env: Mapping[str, str], key: str) -> int | None:
     try:
         return int(env[key])
     except (KeyError, ValueError):
         return None
 
 
-def _inconsistency(env: dict) -> str:
+def _inconsistency(env: Mapping[str, str]) -> str:
     """What makes the variables not torchrun's own ('' when they are consistent)."""
     missing = [k for k in REQUIRED if k not in env]
     if missing:
         return f"{', '.join(missing)} 없음"
-    values = {k: _int(env, k) for k in REQUIRED if k not in ("MASTER_ADDR", "TORCHELASTIC_RUN_ID")}
-    bad = [k for k, v in values.items() if v is None or v < 0]
+    parsed = {k: _int(env, k) for k in REQUIRED if k not in ("MASTER_ADDR", "TORCHELASTIC_RUN_ID")}
+    bad = [k for k, v in parsed.items() if v is None or v < 0]
     if bad:
         return f"{', '.join(bad)}이(가) 0 이상의 정수가 아님"
+    values = {k: v for k, v in parsed.items() if v is not None}
     pairs = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("GROUP_RANK", "GROUP_WORLD_SIZE"),
              ("ROLE_RANK", "ROLE_WORLD_SIZE"))
     for index, size in pairs:

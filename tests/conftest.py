@@ -9,17 +9,17 @@ import os
 import re
 import socket
 import subprocess
-import time
-
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import site_server  # noqa: E402
 import parallel  # noqa: E402
+import site_server  # noqa: E402
 from parallel import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure  # noqa: E402,F401  (hooks: xdist rules)
 
 from labs.errors import LabCheckFailed  # noqa: E402
@@ -40,6 +40,7 @@ def _real_ranks_when_marked(request, monkeypatch):
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_ranks: never replay recorded lab runs (labs/replay.py)")
     parallel.configure(config)
+
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 QUIZ_BANK = Path(__file__).resolve().parent.parent / "book" / "quizzes"  # the book's quiz bank (labs.quiz is told)
@@ -184,7 +185,7 @@ def site_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def site_url(site_root) -> str:
+def site_url(site_root) -> Iterator[str]:
     """Base URL (ending in /) of the built site served on 127.0.0.1."""
     with site_server.serve(site_root) as url:
         yield url

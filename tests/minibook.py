@@ -16,7 +16,7 @@ JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
 
 
 def notebook(*sources: str) -> str:
-    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# 시험 장"]}]
+    cells: list[dict[str, object]] = [{"cell_type": "markdown", "metadata": {}, "source": ["# 시험 장"]}]
     cells += [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": [s]}
               for s in sources]
     return json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 5,

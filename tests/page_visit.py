@@ -14,12 +14,11 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 from urllib.parse import urlsplit
 
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-
 import site_server
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 VIEWPORT = {"width": 1280, "height": 900}
@@ -59,7 +58,7 @@ AXE_JS = ("async () => (await axe.run(document, {resultTypes: ['violations']})).
 class Visit:
     """A browser tab with the network blocked and every problem recorded."""
 
-    page: object
+    page: Any  # a playwright Page
     base_url: str
     site: Path
     console_errors: list[str] = field(default_factory=list)
@@ -124,7 +123,6 @@ class Visit:
         assert not problems, f"{what}: 브라우저에서 문제가 발생했습니다:\n" + "\n".join(problems)
 
 
-
 @contextlib.contextmanager
 def open_visit(browser, base_url: str, site: Path, **context_options) -> Iterator[Visit]:
     """A fresh context (empty cache and localStorage), network limited to the local server."""
@@ -184,7 +182,6 @@ def open_visit(browser, base_url: str, site: Path, **context_options) -> Iterato
         yield v
     finally:
         context.close()
-
 
 
 def rendered(locator) -> bool:

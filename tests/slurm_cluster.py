@@ -1,6 +1,6 @@
 """A real single-node Slurm cluster in a temporary folder, for the launcher tests.
 
-Not a test module: ``test_launchers.py`` imports it. ``SlurmCluster`` writes a munge key and a
+Not a test module: ``test_engine_cluster_commands.py`` and ``test_book_recipe.py`` import it. ``SlurmCluster`` writes a munge key and a
 ``slurm.conf`` (ports the OS picked, so it never meets a system Slurm or another test's cluster),
 starts ``munged``, ``slurmctld`` and ``slurmd`` in the foreground as children of this process,
 and stops them by pid. Every process the cluster starts (daemons, job steps, torchrun, ranks)
@@ -10,6 +10,7 @@ them without matching any process by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -35,6 +37,23 @@ def missing_reason() -> str | None:
     if os.geteuid() != 0:
         return "단일 노드 Slurm 클러스터는 root로만 띄울 수 있습니다 (slurmd가 작업을 다른 사용자로 실행하므로)."
     return None
+
+
+@contextlib.contextmanager
+def running_cluster(root: Path, env: dict | None = None) -> Iterator["SlurmCluster"]:
+    """A started cluster under ``root`` (skips the test when Slurm cannot run here), stopped and swept at the end."""
+    import pytest
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = SlurmCluster(root, env=env)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        cluster.kill_leftovers()
 
 
 def _search_path() -> str:

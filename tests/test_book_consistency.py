@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import QUIZ_BANK
 
 from labs import quiz
-
-from conftest import QUIZ_BANK
 
 REPO = Path(__file__).resolve().parent.parent
 BOOK = REPO / "book"

@@ -14,9 +14,9 @@ import textwrap
 import time
 
 import pytest
+from conftest import clean_env, has_hangul
 
 import labs
-from conftest import clean_env, has_hangul
 from labs.errors import EXIT_BAD_INPUT
 from labs.grading import GradeInputError, diagnosis, report
 from labs.grading.hints import GRAD_CAUSES
@@ -392,9 +392,7 @@ def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     ("raise KeyboardInterrupt\n", ("KeyboardInterrupt", "my_ddp.py:{last}")),
     ("import os\nos._exit(0)\n", ("프로세스가 끝났습니다", "{last}행")),
     ("while True:\n    pass\n", ("제한 시간 10초", "my_ddp.py {first}행")),
-    ("import labs.grading.judge as judge\njudge.TOLERANCE = 1.0\n",
-     ("채점기의 값을 바꿨습니다", "TOLERANCE")),
-], ids=["sys_exit", "keyboard_interrupt", "os_exit", "endless_import", "tampering"])
+], ids=["sys_exit", "keyboard_interrupt", "os_exit", "endless_import"])
 def test_a_bad_file_is_exit_2_in_korean_within_the_timeout(tmp_path, tail, words, no_leftover_children):
     source = HEADER + "\n" + tail
     path = write(tmp_path, "my_ddp.py", source)

@@ -14,18 +14,20 @@ import sys
 import textwrap
 
 import pytest
+from conftest import assert_gallery_bug, clean_env, has_hangul
 
 import labs
-from conftest import assert_gallery_bug, clean_env, has_hangul
 from labs.ddp.zero_bugs import BUGS
 from labs.errors import EXIT_BAD_INPUT
 from labs.grading import GradeInputError, diagnosis, report
 from labs.grading.hints import HINTS_OF
+from labs.grading.report import cause_text
 from labs.grading.zero_judge import CHECKS
 
 pytestmark = pytest.mark.timeout(300)
 
 SMALL = {"steps": 2}
+FAILS = {cls.__name__: bug.fails for cls, bug in BUGS.items()}  # 갤러리의 클래스마다 실패해야 할 확인
 
 STYLES = '''\
 import torch
@@ -144,12 +146,19 @@ def test_held_out_styles_pass(tmp_path):
 
 @pytest.fixture(scope="module")
 def gallery():
-    return labs.run("grade", nproc=2, timeout=240, path="labs/ddp/zero_bugs.py", classes=" ".join(BUGS), **SMALL)
+    return labs.run("grade", nproc=2, timeout=240, path="labs/ddp/zero_bugs.py", classes=" ".join(FAILS), **SMALL)
 
 
-@pytest.mark.parametrize("bug", list(BUGS))
+@pytest.mark.parametrize("bug", list(FAILS))
 def test_every_bug_fails_exactly_its_named_checks(gallery, bug):
-    assert_gallery_bug(gallery, BUGS, bug, HINTS_OF["zero"][BUGS[bug][0]][1])
+    cls = next(c for c in gallery.data["classes"] if c["name"] == bug)
+    assert_gallery_bug(gallery, FAILS, bug, cause_text(cls, FAILS[bug][0])[0])
+
+
+def test_a_state_every_rank_keeps_is_told_apart_from_an_uneven_one(gallery):
+    """StepAllParams holds the whole state on every rank: the cause says so, with the N-fold total."""
+    cls = next(c for c in gallery.data["classes"] if c["name"] == "StepAllParams")
+    assert cls["causes"]["state_divided"]["key"] == "replicated" and cls["causes"]["state_divided"]["total"] == "2"
 
 
 def test_wrong_owner_names_the_parameters_left_stale(gallery):
@@ -159,7 +168,7 @@ def test_wrong_owner_names_the_parameters_left_stale(gallery):
 
 
 def test_every_check_has_its_hint():
-    assert set(CHECKS) == set(HINTS_OF["zero"]) and all(set(b) <= set(CHECKS) for b in BUGS.values())
+    assert set(CHECKS) == set(HINTS_OF["zero"]) and all(set(b) <= set(CHECKS) for b in FAILS.values())
 
 
 # --- 나쁜 파일: 랭크를 띄우기 전에 한국어 오류, 종료 코드 2 ------------------------------------------------

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import clean_env
 
 LABS = Path(__file__).resolve().parents[1] / "labs"

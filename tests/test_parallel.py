@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import parallel
+import pytest
 
 HOLD_S = 0.03
 

@@ -9,7 +9,6 @@ and the figure's own box.
 from __future__ import annotations
 
 import pytest
-
 import site_server
 
 WIDTHS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
@@ -65,6 +64,7 @@ def test_animation_title_follows_its_frames(chromium, site_url, site_root):
     try:
         page.goto(site_url + "book/04_allreduce.html", wait_until="load")
         page.wait_for_function("() => document.getElementById('fig-ring-allreduce')._fullLayout")
+        page.evaluate("() => document.querySelectorAll('.ddp-awaiting-peek').forEach(b => b.click())")  # 예측 없이 보기
         first = page.inner_text("#fig-ring-allreduce-title")
         last = page.evaluate("""async () => {
             const gd = document.getElementById('fig-ring-allreduce');

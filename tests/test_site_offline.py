@@ -98,12 +98,12 @@ def _fetched_urls(soup: BeautifulSoup) -> list[tuple[str, str]]:
     for tag in soup.find_all("link", href=True):
         rels = _link_rels(tag)
         if rels & FETCHING_RELS:
-            found.append((f"<link rel=\"{' '.join(sorted(rels))}\" href>", tag["href"]))
+            found.append((f"<link rel=\"{' '.join(sorted(rels))}\" href>", str(tag["href"])))
     for name, attr in FETCHING_ATTRS:
         for tag in soup.find_all(name, attrs={attr: True}):
-            found.append((f"<{name} {attr}>", tag[attr]))
+            found.append((f"<{name} {attr}>", str(tag[attr])))
     for tag in soup.find_all(["img", "source"], srcset=True):
-        for candidate in tag["srcset"].split(","):
+        for candidate in str(tag["srcset"]).split(","):
             if candidate.strip():
                 found.append((f"<{tag.name} srcset>", candidate.split()[0]))
     for tag in soup.find_all("style"):
@@ -133,7 +133,7 @@ def _has_math(soup: BeautifulSoup) -> bool:
 def _script_targets(site: Path, page: Path, soup: BeautifulSoup) -> set[str]:
     targets = set()
     for tag in soup.find_all("script", src=True):
-        target = _local_target(site, page, tag["src"])
+        target = _local_target(site, page, str(tag["src"]))
         if target is not None:
             targets.add(_rel(site, target) if target.is_relative_to(site) else str(target))
     return targets
@@ -250,8 +250,8 @@ def test_formulas_are_mathml_without_scripts(site):
 def test_math_font_covers_every_formula_character(site):
     """The subset STIX Two Math keeps its MATH table and every character the formulas use that the
     full font has (Hangul in \\text{} falls back to the page font on purpose)."""
-    from fontTools.ttLib import TTFont
     import mathml_math
+    from fontTools.ttLib import TTFont
 
     assert (site / MATH_FONT).is_file(), f"{MATH_FONT}가 사이트에 없습니다."
     subset, full = TTFont(site / MATH_FONT), TTFont(mathml_math._font_source())

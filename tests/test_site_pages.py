@@ -40,9 +40,10 @@ def page_report(chromium, site_url, site_root):
                 reports[rel] = page_visit.desktop_report(chromium, site_url, site_root, rel, site_server.screenshot_dir())
             except Exception as exc:  # noqa: BLE001 - every test of this page reports the same failure
                 reports[rel] = exc
-        if isinstance(reports[rel], Exception):
-            raise reports[rel]
-        return reports[rel]
+        report = reports[rel]
+        if isinstance(report, Exception):
+            raise report
+        return report
 
     return get
 

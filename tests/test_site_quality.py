@@ -33,6 +33,7 @@ OVERFLOW_JS = """() => {
   return {width, scrollWidth: document.documentElement.scrollWidth, bad: bad.slice(0, 10)};
 }"""
 
+
 def _open(browser, base: str, page_path: str, **context_options):
     context = browser.new_context(**context_options)
     context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
@@ -67,7 +68,7 @@ READER_VIEW_JS = """() => {
   const shown = el => { const b = el.getBoundingClientRect();
                         return b.width > 0 && b.height > 0 && el.checkVisibility({visibilityProperty: true}); };
   const checkTables = [...document.querySelectorAll('table.lab-checks')].filter(shown).length;
-  const assertCells = [...document.querySelectorAll('.bd-article pre')]
+  const assertCells = [...document.querySelectorAll('.bd-article .cell_input pre')]
       .filter(el => shown(el) && /assert_ok\\(|\\bassert\\s/.test(el.textContent)).length;
   document.querySelectorAll('.bd-article details').forEach(d => d.open = true);
   const tables = [...document.querySelectorAll('.bd-article table')].map(t => {

@@ -251,11 +251,11 @@ def test_too_few_samples_for_the_global_batch_is_refused():
 
 def test_a_rank_inside_ddp_forward_is_reported_in_a_collective():
     # DDP의 버퍼 broadcast와 버킷 재구성은 C++에서 시작해 파이썬 c10d 프레임이 없다: DDP 순전파 프레임으로 알아본다.
-    from labs.launch import _describe_stack
+    from labs.stacks import describe_faulthandler
 
     stack = ('Thread 0x1 (most recent call first):\n'
              '  File "/v/torch/nn/parallel/distributed.py", line 2420 in _sync_buffers\n'
              '  File "/v/torch/nn/parallel/distributed.py", line 1790 in _pre_forward\n'
              '  File "/w/labs/lessons/traps.py", line 49 in _loss\n')
-    assert _describe_stack(stack).startswith("집합 통신에서")
-    assert _describe_stack(stack.replace("nn/parallel/distributed.py", "nn/modules/linear.py")).startswith("집합 통신 밖")
+    assert describe_faulthandler(stack).startswith("집합 통신에서")
+    assert describe_faulthandler(stack.replace("nn/parallel/distributed.py", "nn/modules/linear.py")).startswith("집합 통신 밖")

@@ -87,10 +87,10 @@ class CorePathDirective(SphinxDirective):
 def _collect(app: Sphinx, doctree) -> None:
     env = app.env
     if not hasattr(env, "ddp_core_path"):
-        env.ddp_core_path = {}
+        env.ddp_core_path = {}  # type: ignore[attr-defined]  # extension state kept on Sphinx's object
     stops = core_stops(doctree)
     if len(stops) > 1:  # 핵심 절이 있는 장만 (소개, 용어집 등은 빠진다)
-        env.ddp_core_path[env.docname] = stops
+        env.ddp_core_path[env.docname] = stops  # type: ignore[attr-defined]  # extension state kept on Sphinx's object
 
 
 def _render(app: Sphinx, docname: str) -> nodes.Node:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sphinx.application import Sphinx
-
 import page_rewrite
+from sphinx.application import Sphinx
 
 HARD_CODED = {
     'title="Toggle primary sidebar"': 'title="책 목차 열고 닫기"',

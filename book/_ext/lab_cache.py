@@ -28,7 +28,7 @@ def source_digest(root: Path) -> str:
 
 
 def _invalidate_if_changed(app: Sphinx, config) -> None:
-    app.labs_changed = False
+    app.labs_changed = False  # type: ignore[attr-defined]  # extension state kept on Sphinx's object
     cache = config.nb_execution_cache_path
     if not cache:
         return
@@ -43,7 +43,7 @@ def _invalidate_if_changed(app: Sphinx, config) -> None:
     if cache.exists():
         logger.info("labs/ 또는 퀴즈가 바뀌어 실행 캐시를 비웁니다: 모든 장을 다시 실행합니다.")
         shutil.rmtree(cache)
-    app.labs_changed = True
+    app.labs_changed = True  # type: ignore[attr-defined]  # extension state kept on Sphinx's object
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(digest)
 

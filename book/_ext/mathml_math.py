@@ -9,7 +9,8 @@ are made keyboard-focusable by a few lines of script.
 
 What Chromium's MathML does differently from LaTeX is fixed here: fences that LaTeX does not
 stretch (``\\lVert``, ...) are marked ``stretchy="false"``, ``a/b`` gets no space around the slash,
-operator names (``\\log``, ``\\max``) get TeX's spacing, and constructs that do not render correctly (``\\underbrace``/``\\overbrace``: Chromium misplaces
+operator names (``\\log``, ``\\max``) get TeX's spacing, and constructs that do not render correctly
+(``\\underbrace``/``\\overbrace``: Chromium misplaces
 stretched horizontal braces; ``mathvariant`` styles such as ``\\boldsymbol``: ignored by MathML
 Core) are build warnings, so ``-W`` stops the build instead of shipping a wrong formula.
 """
@@ -21,13 +22,12 @@ import importlib.util
 import re
 from pathlib import Path
 
+import font_subset
 from docutils import nodes
 from sphinx.application import Sphinx
-from sphinx.locale import _
+from sphinx.locale import _  # noqa: PLC2701  (Sphinx's documented translation function)
 from sphinx.util import logging
 from sphinx.util.math import get_node_equation_number
-
-import font_subset
 
 logger = logging.getLogger(__name__)
 

@@ -23,10 +23,9 @@ import shutil
 import urllib.parse
 from pathlib import Path
 
-from sphinx.application import Sphinx
-
 import font_subset
 import page_rewrite
+from sphinx.application import Sphinx
 
 # The Font Awesome icons the book theme puts on its pages (navbar, buttons, theme switch, prev/next).
 THEME_ICONS = ("magnifying-glass", "bars", "list", "sun", "moon", "expand", "circle-half-stroke", "arrow-up",
@@ -49,8 +48,10 @@ def _icon_css() -> str:
              "mask:var(--icon) no-repeat center/contain}"]
     for name in THEME_ICONS:
         quoted = re.escape(name)
-        width, height, path = re.search(
-            rf'(?:"{quoted}"|(?<![\w"-]){quoted}):\[(\d+),(\d+),\[[^\]]*\],"[0-9a-f]+","([^"]+)"', solid).groups()
+        found = re.search(
+            rf'(?:"{quoted}"|(?<![\w"-]){quoted}):\[(\d+),(\d+),\[[^\]]*\],"[0-9a-f]+","([^"]+)"', solid)
+        assert found is not None, f"the theme's icon {name!r} is in its solid icon set"
+        width, height, path = found.groups()
         svg = f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}'><path d='{path}'/></svg>"
         rules.append(f'.fa-{name}::before{{--icon:url("data:image/svg+xml,{urllib.parse.quote(svg)}");'
                      f"width:{int(width) / int(height):.4f}em}}")

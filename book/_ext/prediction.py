@@ -19,7 +19,11 @@ In a chapter (MyST markdown)::
 
 The page shows the question and the choice buttons (or a number box and 확인); the answer and the
 body carry the ``hidden`` attribute (invisible, and not in the accessibility tree) until the reader
-commits. Then the box shows "내 예측: … / 정답: …", the measured line and the body. The guess is kept in
+commits. The measured data the box asks about waits too: every cell output, table and figure after the box,
+up to the next box or the end of its section, keeps its place but is not shown (``.ddp-awaiting``:
+``visibility: hidden``, so it is out of the accessibility tree too) under one line
+"예측을 고르면 … / 예측 없이 보기" until the reader commits or chooses to look without predicting (that choice
+is not saved as a guess). Then the box shows "내 예측: … / 정답: …", the measured line and the body. The guess is kept in
 the browser's localStorage under one key (:data:`STORAGE_KEY`), so a committed box stays open after a
 reload, and the intro page's ``{quiz-progress}`` table counts predictions made and hit per chapter
 from the ids this extension registers for every page (:func:`chapter_predictions`). Everything is in
@@ -178,7 +182,7 @@ class PredictionDirective(SphinxDirective):
         box += answer
         ids = getattr(self.env, "prediction_ids", None)
         if ids is None:
-            ids = self.env.prediction_ids = {}
+            ids = self.env.prediction_ids = {}  # type: ignore[attr-defined]  # extension state kept on Sphinx's object
         ids.setdefault(self.env.docname, []).append(pid)
         return [box]
 
@@ -255,15 +259,54 @@ _SCRIPT = """
     result.textContent = (hit ? "○ 맞혔습니다. " : "× 빗나갔습니다. ") + "내 예측: " + mine + label + right;
     box.querySelector(".ddp-prediction-answer").hidden = false;
     box.setAttribute("data-committed", "1");
+    release(box);
     if (remember) {
       var p = load();
       p[box.getAttribute("data-pid")] = { guess: guess, hit: hit, at: Date.now() };
       save(p);
     }
   }
+  // 예측이 묻는 측정값(셀 출력, 표, 그림)은 상자 뒤에서 다음 상자나 절 끝까지 자리만 두고 숨겼다가, 예측하면 보인다
+  var DATA = ".cell_output, table, figure, .ddp-prediction";
+  function awaited(box) {
+    var region = box.parentElement.closest("section:has(> h2)") || box.parentElement.closest("section");
+    if (!region) return [];
+    var after = false, found = [];
+    region.querySelectorAll(DATA).forEach(function (el) {
+      if (el === box) { after = true; return; }
+      if (!after || box.contains(el) || found.some(function (f) { return f.contains(el); })) return;
+      if (el.classList.contains("ddp-prediction")) { after = false; return; }
+      if (el.closest(".ddp-quiz")) return;
+      found.push(el);
+    });
+    return found;
+  }
+  function hold(box) {
+    var els = awaited(box);
+    if (!els.length) return;
+    box.__ddpAwaiting = els;
+    els.forEach(function (el) { el.classList.add("ddp-awaiting"); });
+    var note = document.createElement("p");
+    note.className = "ddp-awaiting-note";
+    note.textContent = "위의 예측을 고르면 아래에 측정 결과가 나타납니다. ";
+    var peek = document.createElement("button");
+    peek.type = "button"; peek.className = "ddp-awaiting-peek"; peek.textContent = "예측 없이 보기";
+    peek.addEventListener("click", function () { release(box); });
+    note.appendChild(peek);
+    els[0].parentNode.insertBefore(note, els[0]);
+    box.__ddpAwaitingNote = note;
+  }
+  function release(box) {
+    (box.__ddpAwaiting || []).forEach(function (el) { el.classList.remove("ddp-awaiting"); });
+    box.__ddpAwaiting = [];
+    if (box.__ddpAwaitingNote) { box.__ddpAwaitingNote.remove(); box.__ddpAwaitingNote = null; }
+    window.dispatchEvent(new Event("resize"));  // plotly 그림은 보이게 된 뒤 크기를 다시 잡는다
+  }
   function commitNumber(box) {
     var input = box.querySelector(".ddp-prediction-input"), guess = parseFloat(input.value);
-    if (!isFinite(guess)) { input.focus(); box.querySelector(".ddp-prediction-result").textContent = "숫자를 적고 확인을 누르세요."; return; }
+    if (!isFinite(guess)) {
+      input.focus(); box.querySelector(".ddp-prediction-result").textContent = "숫자를 적고 확인을 누르세요."; return;
+    }
     var value = Number(box.getAttribute("data-value")), tol = Number(box.getAttribute("data-tolerance"));
     reveal(box, guess, Math.abs(guess - value) <= tol + 1e-12 * Math.abs(value), true);
   }
@@ -273,6 +316,7 @@ _SCRIPT = """
       box.setAttribute("data-ready", "1");
       var s = p[box.getAttribute("data-pid")];
       if (s && s.guess !== undefined) reveal(box, s.guess, !!s.hit, false);
+      else hold(box);
     });
   }
   if (!window.__ddpPredictionInstalled) {
@@ -295,6 +339,15 @@ _SCRIPT = """
 """
 
 
+_STYLE = """
+.ddp-awaiting { visibility: hidden; }
+.ddp-awaiting-note { margin: .5rem 0; padding: .4rem .7rem; border-left: 3px solid var(--pst-color-primary, #3465a4);
+  background: var(--pst-color-surface, #f3f4f5); font-size: .95em; }
+.ddp-awaiting-peek { margin-left: .3rem; padding: .1rem .6rem; border: 1px solid currentColor; border-radius: .3rem;
+  background: transparent; color: inherit; cursor: pointer; font: inherit; }
+"""
+
+
 def chapter_predictions(env) -> dict[str, list[str]]:
     """Every page's prediction ids, in page order (known once all pages are read)."""
     return getattr(env, "prediction_ids", {})
@@ -302,7 +355,9 @@ def chapter_predictions(env) -> dict[str, list[str]]:
 
 def _add_script(app: Sphinx, doctree, docname: str) -> None:
     if any(True for _ in doctree.findall(prediction)):
-        doctree += nodes.raw("", f"<script>{_SCRIPT % {'key': json.dumps(STORAGE_KEY)}}</script>", format="html")
+        script = "\n".join(line.strip() for line in (_SCRIPT % {"key": json.dumps(STORAGE_KEY)}).splitlines()
+                           if line.strip() and not line.strip().startswith("//"))  # 들여쓰기·주석 줄 없이: 페이지 무게
+        doctree += nodes.raw("", f"<style>{_STYLE}</style><script>{script}</script>", format="html")
 
 
 def _check_unique(app: Sphinx, env) -> None:

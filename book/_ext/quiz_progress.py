@@ -17,7 +17,6 @@ from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
-
 _SCRIPT = """
 (function () {
   var box = document.currentScript.previousElementSibling;
@@ -53,8 +52,8 @@ class QuizProgressDirective(SphinxDirective):
 
     def run(self):
         if not hasattr(self.env, "quiz_progress_docs"):
-            self.env.quiz_progress_docs = set()
-        self.env.quiz_progress_docs.add(self.env.docname)
+            self.env.quiz_progress_docs = set()  # type: ignore[attr-defined]  # extension state kept on Sphinx's object
+        self.env.quiz_progress_docs.add(self.env.docname)  # type: ignore[attr-defined]  # extension state kept on Sphinx's object
         return [quiz_progress()]
 
 
@@ -63,8 +62,10 @@ def _count(ids: list[str]) -> str:
 
 
 def _render(app: Sphinx, docname: str) -> str:
+    from prediction import STORAGE_KEY as PREDICTION_KEY
+    from prediction import chapter_predictions
+
     from labs.quiz import STORAGE_KEY, load_all
-    from prediction import STORAGE_KEY as PREDICTION_KEY, chapter_predictions
 
     quizzes = {f"book/{name}": [q.id for q in questions]
                for name, questions in load_all(Path(app.srcdir) / app.config.quiz_bank_dir).items()}

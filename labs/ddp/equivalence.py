@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labs.context import RankContext
 from labs.tools.models import mse_backward
@@ -15,8 +16,7 @@ def step_permutation(global_batch: int, seed: int, step: int) -> torch.Tensor:
     return torch.randperm(global_batch, generator=torch.Generator().manual_seed(seed * 1000 + step))
 
 
-
-def train_both(ctx: RankContext, local: nn.Module, ddp: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
+def train_both(ctx: RankContext, local: nn.Module, ddp: DDP, x: torch.Tensor, y: torch.Tensor, steps: int,
                lr: float, seed: int, scale: float) -> tuple[list, list, list]:
     """Each step, ``local`` learns from the whole global batch and ``ddp`` from this rank's B/N of it; the largest
     gradient and parameter differences after every step, and every step's permutation of the batch."""

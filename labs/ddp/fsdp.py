@@ -1,8 +1,13 @@
 """A small FSDP in one class: every rank stores only its shard of each layer's weight.
 
-The weight of each ``nn.Linear``/``nn.Embedding`` is flattened, padded to a multiple of N and cut
-into N equal shards; each rank keeps only its own shard, as the ``nn.Parameter`` registered under the
-weight's name (what ``model.parameters()`` and the optimizer see). Around each such layer:
+Which weights are sharded is one rule, :func:`sharded_modules`: by default every module whose own
+``weight`` parameter has two or more dimensions (``nn.Linear``, ``nn.Embedding``, a convolution, or the
+reader's own linear class alike), or the classes or the predicate passed as ``shard``; when no module
+qualifies the constructor refuses in Korean rather than keep the whole model on every rank.
+
+Each such weight is flattened, padded to a multiple of N and cut into N equal shards; each rank keeps
+only its own shard, as the ``nn.Parameter`` registered under the weight's name (what
+``model.parameters()`` and the optimizer see). Around each such layer:
 
 * before its forward (forward pre-hook) the shards are all-gathered into the whole weight;
 * after its forward the gathered weight's storage is freed (autograd keeps the tensor, not the bytes);
@@ -21,12 +26,39 @@ forward runs under ``torch.autocast`` and every stored ``.grad`` is float32. Cal
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-SHARDED_LAYERS = (nn.Linear, nn.Embedding)  # 가중치를 샤드로 나누는 층
+ShardRule = Callable[[nn.Module], bool] | tuple[type[nn.Module], ...]
+
+
+def own_weight(module: nn.Module) -> nn.Parameter | None:
+    """The module's own ``weight`` parameter (not one of its children's), or None."""
+    return dict(module.named_parameters(recurse=False)).get("weight")
+
+
+def sharded_modules(module: nn.Module, shard: ShardRule | None = None) -> list[tuple[str, nn.Module]]:
+    """The (name, module) pairs inside ``module`` whose weight FullyShardedDP shards.
+
+    ``shard`` None: every module whose own ``weight`` has two or more dimensions (a matrix or more:
+    nn.Linear, nn.Embedding, nn.Conv2d, a reader's own linear layer; not a norm's 1-D weight). A tuple of
+    classes: the modules of those classes. A function ``module -> bool``: the modules it accepts.
+    """
+    picked = []
+    for prefix, m in module.named_modules():
+        if shard is None:
+            weight = own_weight(m)
+            chosen = weight is not None and weight.dim() >= 2  # 행렬 이상: 층의 클래스는 보지 않는다
+        elif isinstance(shard, tuple):
+            chosen = isinstance(m, shard)
+        else:
+            chosen = shard(m)
+        if chosen:
+            picked.append((prefix, m))
+    return picked
 
 
 @dataclass
@@ -57,10 +89,10 @@ class GatherWeight(torch.autograd.Function):
 
 
 class FullyShardedDP(nn.Module):
-    """``module`` with the weight of every Linear/Embedding sharded over the ranks of ``process_group``."""
+    """``module`` with the weights :func:`sharded_modules` picks sharded over the ranks of ``process_group``."""
 
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
-                 process_group: dist.ProcessGroup | None = None):
+                 process_group: dist.ProcessGroup | None = None, shard: ShardRule | None = None):
         super().__init__()
         self.module = module
         self.compute_dtype = compute_dtype
@@ -69,18 +101,28 @@ class FullyShardedDP(nn.Module):
         self.world_size = dist.get_world_size(process_group)
         for p in module.parameters():  # DDP처럼 시작점을 맞춘다: 모든 랭크가 랭크 0의 값에서 출발
             dist.broadcast(p.detach(), group_src=0, group=process_group)
+        layers = sharded_modules(module, shard)
+        if not layers:
+            raise ValueError("FullyShardedDP: 나눌 가중치가 없어 모든 랭크가 모델 전체를 가지게 됩니다. 기본 규칙은 자기 weight "
+                             "파라미터가 2차원 이상인 모듈(nn.Linear, nn.Embedding, 직접 만든 선형 층)입니다. 나눌 층을 "
+                             "shard=(층 클래스, ...)나 shard=함수(module) -> bool로 알려 주세요.")
+        missing = [prefix or type(layer).__name__ for prefix, layer in layers if own_weight(layer) is None]
+        if missing:
+            raise ValueError(f"FullyShardedDP: shard가 고른 모듈 {', '.join(missing)}에 자기 weight 파라미터가 없습니다. "
+                             "weight 파라미터를 가진 모듈만 고르세요.")
         self.weights: dict[nn.Module, ShardedWeight] = {}
-        for prefix, layer in module.named_modules():
-            if isinstance(layer, SHARDED_LAYERS):
-                self.weights[layer] = self.shard(layer, f"{prefix}.weight" if prefix else "weight")
-                layer.register_forward_pre_hook(self.before_forward)
-                layer.register_forward_hook(self.after_forward)
+        for prefix, layer in layers:
+            self.weights[layer] = self.shard(layer, f"{prefix}.weight" if prefix else "weight")
+            layer.register_forward_pre_hook(self.before_forward)
+            layer.register_forward_hook(self.after_forward)
         shards = {id(w.shard) for w in self.weights.values()}
         self.replicated = [p for p in module.parameters() if id(p) not in shards]  # 통째로 두는 파라미터
 
     def shard(self, layer: nn.Module, name: str) -> ShardedWeight:
         """Flatten and pad ``layer.weight``, keep this rank's equal piece, register it in the weight's place."""
-        weight = layer.weight.detach()
+        own = own_weight(layer)
+        assert own is not None  # 생성자가 이미 확인했다
+        weight = own.detach()
         size = -(-weight.numel() // self.world_size)  # 올림 나눗셈: 모든 랭크의 샤드 크기가 같다
         flat = torch.zeros(size * self.world_size, dtype=weight.dtype, device=weight.device)
         flat[:weight.numel()] = weight.reshape(-1)  # 끝의 패딩은 0
@@ -142,6 +184,29 @@ class FullyShardedDP(nn.Module):
             if p.grad is not None:
                 dist.all_reduce(p.grad, group=self.process_group)
                 p.grad.div_(self.world_size)
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip the whole gradient to ``max_norm``, as one process would; return its total norm (every rank the same).
+
+        Each rank holds only its shards' gradients, so ``torch.nn.utils.clip_grad_norm_`` would see a local
+        norm. Here the shards' squared sums are added over the ranks (one All-Reduce; padding adds 0) and the
+        replicated parameters, whose gradients every rank holds whole, are counted once.
+        """
+        squares = torch.zeros((), device=next(self.parameters()).device)
+        for weight in self.weights.values():
+            if weight.shard.grad is not None:
+                squares += weight.shard.grad.float().pow(2).sum()
+        dist.all_reduce(squares, group=self.process_group)  # 샤드의 제곱합을 랭크끼리 더한다
+        for p in self.replicated:
+            if p.grad is not None:
+                squares += p.grad.float().pow(2).sum()  # 통째로 둔 파라미터는 모든 랭크가 같은 값: 한 번만 더한다
+        norm = squares.sqrt()
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)  # torch.nn.utils.clip_grad_norm_과 같은 식
+        for p in self.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        return norm
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:

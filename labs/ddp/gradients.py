@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labs.context import RankContext
 from labs.tools.comms import CollectiveCounter
@@ -12,9 +15,9 @@ from labs.tools.models import flat_gradients, mse_backward, rank_batch, syntheti
 from labs.tools.primitives import max_abs_diff
 
 
-def local_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, CollectiveCounter]:
+def local_gradient(ddp: DDP, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, CollectiveCounter]:
     """This rank's own gradient g_i, and the collectives its forward and backward ran."""
-    # 1) 로컬 그래디언트 g_i: no_sync() 안에서는 순전파·역전파 모두 통신 없이 끝난다
+    # 로컬 그래디언트 g_i: no_sync() 안에서는 순전파·역전파 모두 통신 없이 끝난다
     with ddp.no_sync(), CollectiveCounter() as local_comm:
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
@@ -23,19 +26,27 @@ def local_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[to
     return local, local_comm
 
 
+class DDPGradient(NamedTuple):
+    """What :func:`ddp_gradient` measured."""
 
-def ddp_gradient(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor, watched: torch.Tensor) -> tuple:
+    synced: torch.Tensor                    # backward가 돌아온 직후의 .grad (평탄화)
+    loss: torch.Tensor
+    backward_comm: CollectiveCounter        # 역전파 동안의 집합 통신
+    seen_in_backward: list[list[float]]     # 훅이 본, 막 계산된 그래디언트
+
+
+def ddp_gradient(ddp: DDP, x: torch.Tensor, y: torch.Tensor, watched: torch.Tensor) -> DDPGradient:
     """The same computation under DDP: the gradient after ``loss.backward()``, the loss, the collectives of the
     backward and what a hook on ``watched`` saw while autograd computed it."""
-    # 2) DDP 그래디언트: 같은 계산, 이번에는 loss.backward() 안에서 All-Reduce가 일어난다
-    seen_in_backward = []  # 훅: autograd가 이 파라미터의 그래디언트를 막 계산한 순간의 값
+    # DDP 그래디언트: 같은 계산, 이번에는 loss.backward() 안에서 All-Reduce가 일어난다
+    seen_in_backward: list[list[float]] = []  # 훅: autograd가 이 파라미터의 그래디언트를 막 계산한 순간의 값
     hook = watched.register_hook(lambda grad: seen_in_backward.append(grad.detach().cpu().reshape(-1).tolist()))
     loss = nn.functional.mse_loss(ddp(x), y)
     with CollectiveCounter() as backward_comm:
         loss.backward()
     hook.remove()
     synced = flat_gradients(ddp.module)       # backward가 돌아온 직후의 .grad
-    return synced, loss, backward_comm, seen_in_backward
+    return DDPGradient(synced, loss, backward_comm, seen_in_backward)
 
 
 def gradient_mean_vs_global(ctx: RankContext, per_rank_batch: int, seed: int) -> dict:

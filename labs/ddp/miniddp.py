@@ -63,7 +63,7 @@ class NaiveDDP(_Replicated):
     def finish_gradient_synchronization(self) -> None:
         for p in self.trainable:
             dist.all_reduce(p.grad)          # 합(SUM)
-            p.grad.div_(self.world_size)     # 평균은 직접 나눠야 한다
+            p.grad.div_(self.world_size)     # 평균은 직접 나눠야 한다 (torch는 fp16 넘침을 막으려 더하기 전에 나눈다)
 
 
 class FlatDDP(_Replicated):
@@ -71,7 +71,8 @@ class FlatDDP(_Replicated):
 
     def __init__(self, module: nn.Module):
         super().__init__(module)
-        self.flat = torch.zeros(sum(p.numel() for p in self.trainable), device=self.trainable[0].device)
+        first = self.trainable[0]          # 버퍼는 그래디언트와 같은 자료형·장치에 (bf16 모델이면 bf16)
+        self.flat = torch.zeros(sum(p.numel() for p in self.trainable), dtype=first.dtype, device=first.device)
 
     def finish_gradient_synchronization(self) -> None:
         views = _slices(self.flat, self.trainable)
@@ -97,6 +98,7 @@ class PerParameterDDP(_Replicated):
         p.register_post_accumulate_grad_hook(fn)
 
     def _on_grad_ready(self, p: nn.Parameter) -> None:
+        assert p.grad is not None            # 누적이 끝난 뒤의 훅이라 p.grad가 있다
         self._launch(p, p.grad)
 
     def _launch(self, p: nn.Parameter, grad: torch.Tensor) -> None:
@@ -114,7 +116,7 @@ class _Bucket:
 
     def __init__(self, params: list[nn.Parameter]):
         self.params = params
-        self.buffer = torch.zeros(sum(p.numel() for p in params), device=params[0].device)
+        self.buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
         self.views = _slices(self.buffer, params)
         self.ready = 0
         self.work: dist.Work | None = None

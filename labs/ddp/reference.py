@@ -24,7 +24,6 @@ def global_batches(train_set: TensorDataset, cfg: TrainConfig, world_size: int, 
         yield torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
 
 
-
 def train_reference(cfg: TrainConfig, world_size: int, train_set: TensorDataset, test_set: TensorDataset,
                     device: torch.device) -> dict:
     """The same training in ONE process, without DDP: one step per global batch of N·(B/N) samples."""

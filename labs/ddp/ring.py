@@ -33,11 +33,11 @@ class P2P:
         self.received += tensor.numel() * tensor.element_size()
         dist.recv(tensor, src)
 
-    def isend(self, tensor: torch.Tensor, dst: int) -> dist.Work:
+    def isend(self, tensor: torch.Tensor, dst: int) -> dist.Work | None:
         self.sent += tensor.numel() * tensor.element_size()
         return dist.isend(tensor, dst)
 
-    def irecv(self, tensor: torch.Tensor, src: int) -> dist.Work:
+    def irecv(self, tensor: torch.Tensor, src: int) -> dist.Work | None:
         self.received += tensor.numel() * tensor.element_size()
         return dist.irecv(tensor, src)
 
@@ -101,9 +101,9 @@ def pipelined_ring_all_reduce_(buf: torch.Tensor, p2p: P2P, segment_bytes: int =
     arrivals = [(t, (rank - t - 1) % n, k) for t in range(steps) for k in range(len(segments[(rank - t - 1) % n]))]
     scratch = [torch.empty(min(per_segment, segments[0][0].numel()), dtype=buf.dtype, device=buf.device)
                for _ in range(WINDOW)]  # 호출마다 한 번만 만든다
-    sending: dict[tuple[int, int], dist.Work] = {}
+    sending: dict[tuple[int, int], dist.Work | None] = {}
 
-    def post(i: int) -> dist.Work:
+    def post(i: int) -> dist.Work | None:
         t, chunk, k = arrivals[i]
         if t < n - 1:  # Reduce-Scatter: 임시 버퍼로 받아 더한다
             target = scratch[i % WINDOW][: segments[chunk][k].numel()]

@@ -1,6 +1,6 @@
 """Chapter 8: one training step, the same for every variant that is timed.
 
-Without communication, with the loop DDP replaces (one All-Reduce per parameter after
+Without communication, with the loop DDP replaces (:func:`labs.ddp.allreduce.average_gradients` after
 backward), under DDP, and under DDP with gradient accumulation in ``no_sync()``.
 """
 
@@ -10,19 +10,11 @@ from contextlib import nullcontext
 from typing import Callable
 
 import torch
-import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-def allreduce_each_gradient(model: torch.nn.Module) -> None:
-    """The loop DDP replaces: after backward, one All-Reduce per parameter, then divide by N."""
-    n = dist.get_world_size()
-    for p in model.parameters():
-        dist.all_reduce(p.grad)
-        p.grad.div_(n)
-
-
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-               after_backward: Callable[[], None] | None = None, micro_steps: int = 1) -> Callable[[], None]:
+def make_train_step(model: DDP, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                    after_backward: Callable[[], None] | None = None, micro_steps: int = 1) -> Callable[[], None]:
     """One optimizer step over ``micro_steps`` micro-batches (gradient accumulation).
 
     Under DDP every backward all-reduces, except inside ``no_sync()``: there the first K-1

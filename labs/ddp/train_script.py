@@ -44,6 +44,8 @@ from labs.tools.primitives import device_ids, make_optimizer
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CONFIG_NAME = "run_config.json"  # what the checkpoints in the folder were trained with
+# Every name a run writes in its checkpoint folder (each first as NAME.tmp, then replaced atomically).
+FOLDER_FILES = tuple(name + tmp for name in (CHECKPOINT_NAME, CONFIG_NAME) for tmp in ("", ".tmp"))
 # The settings that decide every step (with the world size): a checkpoint resumes only under the same ones.
 RUN_SETTINGS = ("epochs", "global_batch", "lr", "momentum", "seed")
 TEST_SIZE = 357  # 1,797 digits → 1,440 for training (divisible by 1, 2, 3, 4, 5, 6, 8, …) and 357 for testing
@@ -102,10 +104,25 @@ def config_conflict(cfg: TrainConfig, world_size: int) -> str | None:
     saved = saved if isinstance(saved, dict) else {}
     changed = [f"{name} {saved.get(name)!r} → {value!r}" for name, value in run_config(cfg, world_size).items()
                if saved.get(name) != value]
-    if not changed:
-        return None
-    return (f"체크포인트 폴더 {folder}의 체크포인트는 다른 설정으로 학습한 것이라 이어서 학습할 수 없습니다"
-            f"(저장된 설정 → 이번 설정: {', '.join(changed)}). {how}")
+    if changed:
+        return (f"체크포인트 폴더 {folder}의 체크포인트는 다른 설정으로 학습한 것이라 이어서 학습할 수 없습니다"
+                f"(저장된 설정 → 이번 설정: {', '.join(changed)}). {how}")
+    return unreadable_checkpoint(folder / CHECKPOINT_NAME, how)
+
+
+def unreadable_checkpoint(path: Path, how: str) -> str | None:
+    """Why the checkpoint at ``path`` cannot be resumed (it does not load, or holds no model and optimizer
+    state; Korean, ending with ``how``), or ``None``. A small file: loading it once before the ranks is cheap."""
+    try:
+        state = torch.load(path, map_location="cpu")
+    except Exception as err:  # 잘렸거나 다른 파일: pickle, zip, torch가 저마다 다른 예외를 낸다
+        why = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    else:
+        if isinstance(state, dict) and {"epoch", "model", "optimizer", "history"} <= state.keys():
+            return None
+        why = "모델과 옵티마이저 상태가 없습니다"
+    return (f"체크포인트 파일 {path}을(를) 읽을 수 없어 이어서 학습할 수 없습니다({why[:200]}). 학습이 저장 도중 끊겼거나 "
+            f"다른 파일이 그 이름으로 놓였습니다. {how}")
 
 
 def folder_in_use(folder: Path) -> bool:
@@ -196,6 +213,7 @@ def init_distributed() -> RankContext:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return RankContext(rank, world_size, local_rank, backend, device)
 
+
 def load_digits_split() -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's bundled digits (no download), a fixed stratified split, standardized pixels."""
     # scikit-learn은 데이터를 읽을 때만 불러온다: import에 몇 초가 걸리는데, `python -m labs`의 다른 명령은 쓰지 않는다
@@ -237,11 +255,12 @@ def per_rank_batch(cfg: TrainConfig, world_size: int) -> int:
 def make_loader(dataset: TensorDataset, cfg: TrainConfig, world_size: int, rank: int,
                 pin_memory: bool = False) -> tuple[DistributedSampler, DataLoader]:
     """Rank ``rank``'s share: a shuffled, non-overlapping 1/N, cut into B/N mini-batches."""
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=cfg.seed)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed)
     loader = DataLoader(dataset, batch_size=per_rank_batch(cfg, world_size),
                         sampler=sampler, pin_memory=pin_memory)
     return sampler, loader
+
 
 def train_one_epoch(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
                     device: torch.device) -> tuple[torch.Tensor, int]:
@@ -261,12 +280,14 @@ def train_one_epoch(model: nn.Module, batches: Iterable, optimizer: torch.optim.
         count += len(y)
     return loss_sum, count
 
+
 def global_mean(loss_sum: torch.Tensor, count: int, device: torch.device) -> float:
     """The epoch's loss averaged over all ranks: All-Reduce the sum and the count."""
     totals = torch.tensor([loss_sum.item(), count], dtype=torch.float64, device=device)
     # 합과 개수를 따로 더해야 랭크마다 샘플 수가 달라도 전역 평균이 된다
     dist.all_reduce(totals)
     return (totals[0] / totals[1]).item()
+
 
 @torch.no_grad()  # 평가: 그래디언트 그래프를 만들지 않는다
 def count_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
@@ -279,6 +300,7 @@ def evaluate(model: nn.Module, dataset: TensorDataset, ctx: RankContext) -> tupl
     counts = torch.tensor([count_correct(model, x, y), len(y)], device=ctx.device)
     dist.all_reduce(counts)
     return int(counts[0]), int(counts[1])
+
 
 def save_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer, epoch: int,
                     history: list[dict], ctx: RankContext) -> None:
@@ -295,6 +317,7 @@ def save_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer, ep
     # 이 줄을 지난 랭크는 에폭 `epoch`의 체크포인트가 디스크에 있다고 믿어도 된다
     dist.barrier()
 
+
 def load_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer,
                     ctx: RankContext) -> tuple[int, list[dict]]:
     """Every rank loads the last checkpoint, if any: (epochs already done, history)."""
@@ -306,6 +329,7 @@ def load_checkpoint(path: Path, model: DDP, optimizer: torch.optim.Optimizer,
     # 모멘텀 버퍼도 이어받아야 끊기지 않은 학습과 같은 길을 간다
     optimizer.load_state_dict(state["optimizer"])
     return state["epoch"], state["history"]
+
 
 def fail_midway(batches: Iterable, epoch: int, ctx: RankContext) -> Iterable:
     """Yield about half of ``batches``, then raise: a process dying in the middle of an epoch."""
@@ -320,6 +344,7 @@ def log(ctx: RankContext, cfg: TrainConfig, message: str) -> None:
     if ctx.rank == 0 and cfg.progress:
         tqdm.write(message, file=sys.stdout)  # 진행 막대(stderr)를 지우고 쓴 뒤 다시 그린다
         sys.stdout.flush()
+
 
 def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set: TensorDataset,
           on_epoch_end: Callable[[int, DistributedSampler], None] | None = None,
@@ -355,6 +380,7 @@ def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set
             log(ctx, cfg, f"에폭 {epoch + 1}/{cfg.epochs} · 손실 {loss:.4f} · "
                           f"테스트 정확도 {correct / total:.1%} ({correct}/{total})")
         return model, history, start
+
 
 def run_summary(model: DDP, history: list[dict], start: int, ctx: RankContext) -> dict:
     """What a run ended with, as plain data: compared across runs (uninterrupted vs resumed)."""
@@ -415,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         dist.destroy_process_group()
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,13 +13,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from labs.context import RankContext
 from labs.tools.models import rank_batch, tiny_mlp
 
-
 # ----------------------------------------------------------------------------- 1. no_sync
+
 
 def micro_step_bug(ddp, x, y, k: int, last: bool) -> None:
     loss = F.mse_loss(ddp(x), y) / k             # 순전파가 no_sync() 밖에 있다
@@ -65,7 +66,7 @@ def eval_rank0_bug(ctx: RankContext, ddp: nn.Module, xv: torch.Tensor, yv: torch
     dist.barrier()                    # 예: 체크포인트를 저장하기 전에 모두 기다린다
 
 
-def eval_rank0_fix(ctx: RankContext, ddp: nn.Module, xv: torch.Tensor,
+def eval_rank0_fix(ctx: RankContext, ddp: DDP, xv: torch.Tensor,
                    yv: torch.Tensor) -> tuple[float | None, float]:
     module_loss = evaluate(ddp.module, xv, yv) if ctx.rank == 0 else None   # 고침 1: 감싸지 않은 모델
     xs, ys = rank_batch(xv, yv, ctx.rank, ctx.world_size, 8)                 # 고침 2: 모든 랭크가 제 몫을 평가

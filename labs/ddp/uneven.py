@@ -10,11 +10,10 @@ from labs.context import RankContext
 from labs.tools.models import flat_gradients, mse_backward
 
 
-def all_reduce_count(n: int, op: dist.ReduceOp, device: torch.device) -> int:
+def all_reduce_count(n: int, op: dist.ReduceOp.RedOpType, device: torch.device) -> int:
     count = torch.tensor([n], device=device)
     dist.all_reduce(count, op=op)
     return int(count.item())
-
 
 
 def ddp_grad(ddp: DDP, x: torch.Tensor, y: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -24,11 +23,9 @@ def ddp_grad(ddp: DDP, x: torch.Tensor, y: torch.Tensor, scale: float = 1.0) -> 
     return flat_gradients(ddp.module)
 
 
-
 def pad_to(x: torch.Tensor, size: int) -> torch.Tensor:
     """Repeat ``x``'s rows from the start until it has ``size`` rows."""
     return x[torch.arange(size, device=x.device) % len(x)]
-
 
 
 def fix_gradients(ctx: RankContext, ddp: DDP, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:

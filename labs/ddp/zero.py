@@ -5,12 +5,17 @@ gradient. Each rank then updates only the parameters it owns (its optimizer stat
 them) and sends each updated parameter from its owner to everyone (``dist.broadcast``). Parameters and
 gradients stay whole on every rank; only the optimizer state is divided by N.
 
-``state_dict()`` and ``load_state_dict()`` are rank-local: each rank saves and loads the state of its
-own shard (save one file per rank, with the same world size and parameter order).
+Checkpoints: each rank holds only its shard of the state, so ``state_dict()`` refuses (with a Korean
+error) until :meth:`ShardedOptimizer.consolidate_state_dict` has gathered every shard on one rank; that
+rank's ``state_dict()`` is then the whole state, keyed by the parameter's index in ``param_groups`` as
+one process's optimizer keys it, and ``load_state_dict`` takes from it the shard this rank owns, for
+any number of ranks. :meth:`ShardedOptimizer.shard_state_dict` is this rank's shard alone, for one file
+per rank (resumed with the same ranks and parameters).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 import torch
@@ -48,6 +53,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.loads = [0] * self.world_size  # 랭크마다 맡은 원소 수
         self.local: torch.optim.Optimizer | None = None  # 내 샤드만 가진 진짜 옵티마이저
         self.local_groups: list[dict | None] = []  # param_groups[i]의 내 몫(없으면 None)
+        self.consolidated: dict | None = None  # consolidate_state_dict가 이 랭크에 모은 전체 상태
         super().__init__(params, defaults=kwargs)  # 그룹마다 add_param_group을 부른다
 
     def is_mine(self, param: torch.Tensor) -> bool:
@@ -88,13 +94,45 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if self.local is not None:
             self.local.step()  # 1) 내 샤드만 업데이트한다
         self.share_params()  # 2) 주인이 업데이트한 파라미터를 모두에게 보낸다
+        self.consolidated = None  # 모아 둔 상태는 이제 한 스텝 전의 것이다
         return loss
 
+    # --- 체크포인트 -----------------------------------------------------------------------------------
+
+    def shard_state_dict(self) -> dict:
+        """This rank's shard: the state of the parameters it owns, keyed by their index in ``param_groups``."""
+        return torch.optim.Optimizer.state_dict(self)  # self.state는 내 샤드의 상태뿐이다
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Gather every rank's shard on rank ``to`` (group rank) as one whole state dict. Every rank calls it."""
+        shard = self.shard_state_dict()
+        shards = [None] * self.world_size if self.rank == to else None
+        dist.gather_object(shard["state"], shards, group=self.process_group, group_dst=to)
+        if self.rank == to:  # 파라미터 번호는 모든 랭크에서 같으므로 샤드를 합치면 한 프로세스의 상태와 같은 모양이다
+            self.consolidated = {"state": {i: s for part in shards for i, s in part.items()},
+                                 "param_groups": shard["param_groups"]}
+
     def state_dict(self) -> dict:
-        """This rank's shard only (rank-local; see the module docstring)."""
-        return self.local.state_dict() if self.local is not None else {"state": {}, "param_groups": []}
+        """The whole state, on the rank :meth:`consolidate_state_dict` gathered it on (since the last step)."""
+        if self.consolidated is None:
+            raise RuntimeError(
+                f"ShardedOptimizer.state_dict(): 이 랭크(랭크 {self.rank})는 옵티마이저 상태 가운데 자기 샤드만 가지고 있어, 이것을 "
+                "저장하면 다른 랭크의 상태를 잃습니다. 저장하기 전에 모든 랭크가 optimizer.consolidate_state_dict(to=0)을 "
+                "부르고 랭크 0이 state_dict()를 저장하거나, 랭크마다 shard_state_dict()를 자기 파일에 저장하세요.")
+        return self.consolidated
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load what :meth:`state_dict` saved on this same rank."""
+        """Take this rank's shard from a consolidated state dict (any number of ranks) or from this rank's own
+        :meth:`shard_state_dict`; refuse a dict that lacks the state of a parameter this rank owns."""
+        torch.optim.Optimizer.load_state_dict(self, state_dict)  # 번호 → 파라미터, 하이퍼파라미터도 되돌린다
+        loaded = self.state  # 불러온 모든 파라미터의 상태(다른 랭크 몫 포함)
+        mine = [p for group in self.param_groups for p in group["params"] if self.is_mine(p)]
+        missing = [p for p in mine if p not in loaded]
+        if loaded and missing:
+            raise RuntimeError(
+                f"ShardedOptimizer.load_state_dict(): 불러온 상태에 이 랭크(랭크 {self.rank})가 맡은 파라미터 {len(missing)}개의 "
+                "상태가 없습니다. 다른 랭크의 샤드를 불러온 것입니다. consolidate_state_dict(to=0)로 모아 저장한 파일이나, "
+                "이 랭크가 저장한 shard_state_dict()를 불러오세요.")
+        self.state = defaultdict(dict, {p: loaded[p] for p in mine if p in loaded})  # 다시 내 샤드의 상태만
         if self.local is not None:
-            self.local.load_state_dict(state_dict)
+            self.local.state = self.state

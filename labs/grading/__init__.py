@@ -7,9 +7,12 @@ never share a process with the reader's code by accident. Nothing here imports a
 - :mod:`labs.grading.probes`: a DDP's probes (raw measurements, no verdicts) and the tools the others share;
   :mod:`labs.grading.zero_probes` a ZeRO-1 optimizer's, :mod:`labs.grading.fsdp_probes` a small FSDP's;
   :mod:`labs.grading.reach` finds what an object keeps alive, for their storage accounting.
-- :mod:`labs.grading.judge`: the parent's verdicts on a DDP from those records, with every threshold;
-  :mod:`labs.grading.zero_judge` and :mod:`labs.grading.fsdp_judge` for chapter 13's interfaces;
-  :mod:`labs.grading.summary` picks each class's judge (the lab's ``summarize``).
+- :mod:`labs.grading.judge`: the parent's verdicts on a DDP from those records, with every threshold, one
+  function per check in a table; :mod:`labs.grading.zero_judge` and :mod:`labs.grading.fsdp_judge` for
+  chapter 13's interfaces; :mod:`labs.grading.verdicts` walks any such table; :mod:`labs.grading.summary`
+  picks each class's judge (the lab's ``summarize``).
+- :mod:`labs.grading.config`: what both sides share (the probes' optimizers and settings); the parent's
+  modules import no rank-side one.
 - :mod:`labs.grading.hints` and :mod:`labs.grading.report`: the words for each check and the Korean report.
 - :mod:`labs.grading.runner`: :func:`grade`, which runs the lab and explains a dead or stuck rank.
 """

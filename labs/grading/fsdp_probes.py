@@ -21,32 +21,36 @@ An exception is tagged with the phase it came from (``forward``, ``backward``, `
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from ..tools.comms import CollectiveCounter
 from ..context import RankContext
-from ..tools.models import layer_stack, mse_backward, rank_batch, storage_bytes
+from ..ddp.fsdp import own_weight, sharded_modules
+from ..tools.comms import CollectiveCounter
+from ..tools.models import mse_backward, rank_batch, storage_bytes
 from ..tools.primitives import max_abs_diff
-from .probes import OPTIMIZER_ARGS, ProbeConfig, _data, _oracle_grads, compare_grad, float_calls
+from .config import OPTIMIZER_ARGS, ProbeConfig
+from .probes import Graded, ProbeFn, Record, compare_grad, finish, float_calls, oracle_grads, start
 from .reach import reachable
 
 PROBES = ("train", "grads", "memory", "mixed")
-SHARDED = (nn.Linear, nn.Embedding)  # 가중치를 나누는 층 (인터페이스가 정한 것)
 IMPLIED_LR = 1.0  # grads: w0 − w1이 곧 그래디언트가 되는 학습률
 
 
 @contextmanager
-def phase(name: str):
+def phase(name: str) -> Iterator[None]:
     """Tag an exception raised inside with the phase of the iteration (kept if an inner phase set one)."""
     try:
         yield
     except BaseException as error:
         if not hasattr(error, "labs_phase"):
             try:
-                error.labs_phase = name
+                setattr(error, "labs_phase", name)  # 읽는 사람의 예외에 붙이는 표시
             except AttributeError:  # 속성을 받지 않는 예외
                 pass
         raise
@@ -58,15 +62,15 @@ def iteration(wrapped: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     with phase("backward"):
         loss.backward()
     with phase("finish"):
-        wrapped.finish_gradient_synchronization()
+        finish(wrapped)
 
 
 def gathered(wrapped: nn.Module) -> dict[str, torch.Tensor]:
     with phase("gather"):
-        return {name: t.detach().double() for name, t in wrapped.gather_full_params().items()}
+        return {name: t.detach().double() for name, t in cast(Graded, wrapped).gather_full_params().items()}
 
 
-def full_diff(full: dict, model: nn.Module) -> float | None:
+def full_diff(full: dict[str, torch.Tensor], model: nn.Module) -> float | None:
     """Max |difference| from ``model``'s parameters by name; None if the names or shapes differ."""
     ref = dict(model.named_parameters())
     if set(full) != set(ref) or any(full[k].shape != ref[k].shape for k in ref):
@@ -74,12 +78,10 @@ def full_diff(full: dict, model: nn.Module) -> float | None:
     return max_abs_diff([full[k] for k in ref], list(ref.values()))
 
 
-def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
-    torch.manual_seed(cfg.seed)
-    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
-    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
-    out = {"names": [name for name, _ in init.named_parameters()], "runs": {}}
+    init, x, y = start(ctx, cfg, cfg.steps)
+    out: Record = {"names": [name for name, _ in init.named_parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
         single = copy.deepcopy(init)
         wrapped = cls(copy.deepcopy(init))
@@ -100,11 +102,9 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict
     return out
 
 
-def probe_grads(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_grads(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
-    torch.manual_seed(cfg.seed)
-    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
-    x, y = _data(cfg.width, n * per_rank, cfg.seed + 1, ctx.device)
+    init, x, y = start(ctx, cfg, seed=1)
     wrapped = cls(copy.deepcopy(init))
     opt = torch.optim.SGD(wrapped.parameters(), lr=IMPLIED_LR)
     before = gathered(wrapped)
@@ -117,15 +117,15 @@ def probe_grads(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict
     with torch.no_grad():
         for name, p in oracle.named_parameters():
             p.copy_(before[name])
-    target = _oracle_grads(oracle, x, y)  # 같은 가중치에서 전역 배치의 평균 그래디언트
-    own = [_oracle_grads(oracle, *rank_batch(x, y, r, n, per_rank)) for r in range(n)]  # 랭크마다 자기 것
+    target = oracle_grads(oracle, x, y)  # 같은 가중치에서 전역 배치의 평균 그래디언트
+    own = [oracle_grads(oracle, *rank_batch(x, y, r, n, per_rank)) for r in range(n)]  # 랭크마다 자기 것
     names = [name for name, _ in oracle.named_parameters()]
     return {"names": names,
             "grads": [compare_grad((before[k] - after[k]) / IMPLIED_LR, target[i], [o[i] for o in own], ctx.rank, None)
                       for i, k in enumerate(names)]}
 
 
-def alive_bytes(roots: list, exclude: list[torch.Tensor]) -> int:
+def alive_bytes(roots: list[object], exclude: list[torch.Tensor | None]) -> int:
     """Bytes of the distinct storages of every tensor reachable from ``roots``, those of ``exclude``
     (parameters and their gradients) left out."""
     skip = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
@@ -133,16 +133,16 @@ def alive_bytes(roots: list, exclude: list[torch.Tensor]) -> int:
                          and t.untyped_storage().data_ptr() not in skip)
 
 
-def _own(model: nn.Module) -> list[torch.Tensor]:
+def _own(model: nn.Module) -> list[torch.Tensor | None]:
     return [t for p in model.parameters() for t in (p, p.grad)]
 
 
-def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
-    torch.manual_seed(cfg.seed)
-    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
-    x, y = rank_batch(*_data(cfg.width, n * per_rank, cfg.seed, ctx.device), ctx.rank, n, per_rank)
-    weights = [m.weight for m in init.modules() if isinstance(m, SHARDED)]
+    init, xs, ys = start(ctx, cfg)
+    x, y = rank_batch(xs, ys, ctx.rank, n, per_rank)
+    # 나눌 가중치: 인터페이스의 규칙(labs/ddp/fsdp.py) 그대로
+    weights = [w for _, m in sharded_modules(init) if (w := own_weight(m)) is not None]
     shards = {id(w) for w in weights}
     single = copy.deepcopy(init)
     single_loss = nn.functional.mse_loss(single(x), y)  # 감싸지 않은 같은 모델, 같은 배치: 활성값만 살아 있다
@@ -154,7 +154,7 @@ def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dic
     with phase("backward"):
         loss.backward()
     with phase("finish"):
-        wrapped.finish_gradient_synchronization()
+        finish(wrapped)
     del loss
     return {"param_bytes": storage_bytes(wrapped.parameters()),
             "weight_bytes": [w.numel() * w.element_size() for w in weights],
@@ -163,11 +163,9 @@ def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dic
             "after_backward": alive_bytes([wrapped], _own(wrapped))}
 
 
-def probe_mixed(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_mixed(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
-    torch.manual_seed(cfg.seed)
-    init = layer_stack(cfg.width, cfg.depth).to(ctx.device)
-    x, y = _data(cfg.width, n * per_rank, cfg.seed, ctx.device)
+    init, x, y = start(ctx, cfg)
     wrapped = cls(copy.deepcopy(init), compute_dtype=torch.bfloat16)
     iteration(wrapped, *rank_batch(x, y, ctx.rank, n, per_rank))
     return {"params": [[name, _dtype(p), None if p.grad is None else _dtype(p.grad)]
@@ -178,4 +176,4 @@ def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-PROBE_FNS = {"train": probe_train, "grads": probe_grads, "memory": probe_memory, "mixed": probe_mixed}
+PROBE_FNS: dict[str, ProbeFn] = {"train": probe_train, "grads": probe_grads, "memory": probe_memory, "mixed": probe_mixed}

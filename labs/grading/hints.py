@@ -2,8 +2,9 @@
 small FSDP (chapter 13), next to the judges that order the checks (:mod:`labs.grading.judge` and its
 two siblings).
 
-For each check: what it looks at, the most likely cause when it fails, and where to fix it. For a
-``grads_averaged`` failure, what the gradients were instead (the judges' ``grad_cause``) and where to fix it.
+For each check: what it looks at, the most likely cause when it fails, and where to fix it. Where a judge
+narrows a failure down from its records (what the gradients were instead, why the optimizer state is
+not a 1/N share, which line let go of an unwaited work object), :data:`CAUSES` has the words for that.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ HINTS = {
                          "통신할 파라미터 목록: [p for p in module.parameters() if p.requires_grad]"),
     "tied_reduced_once": ("공유 가중치는 한 번만",
                           "두 층이 공유하는 가중치를 두 번 보냈습니다. 층마다 파라미터를 모으면 같은 텐서가 두 번 나옵니다.",
-                          "module.parameters()는 같은 텐서를 한 번만 냅니다: 층별 목록이나 named_parameters(remove_duplicate=False)를 쓰지 마세요"),
+                          "module.parameters()는 같은 텐서를 한 번만 냅니다: 층별 목록이나 "
+                          "named_parameters(remove_duplicate=False)를 쓰지 마세요"),
     "matches_oracles": ("torch DDP·단일 프로세스와 같은 결과",
                         "여러 스텝 뒤 파라미터가 torch DDP, 전역 배치 단일 프로세스와 다릅니다. 위의 다른 실패가 있다면 그것부터 "
                         "고치세요.",
@@ -135,29 +137,25 @@ FSDP_HINTS = {
                        "gather_full_params(): 샤드를 All-Gather한 뒤 패딩을 잘라 원래 모양으로, 원래 모듈의 이름으로"),
 }
 
-# grads_averaged가 실패했을 때 한 스텝이 쓴 그래디언트가 무엇이었는지(labs.grading.fsdp_judge.grad_cause)
-FSDP_CAUSES = {
-    "sum_not_average": ("한 스텝이 쓴 그래디언트가 평균의 N배입니다: Reduce-Scatter(또는 All-Reduce)는 합만 구하는데 "
-                        "N으로 나누지 않았습니다.",
-                        "Reduce-Scatter한 조각을 world_size로 나눈 뒤 샤드의 .grad로(gloo에는 AVG가 없습니다)"),
-    "divided_twice": ("한 스텝이 쓴 그래디언트가 평균을 한 번 더 N으로 나눈 값입니다: 두 번 나눴습니다.",
-                      "나누기는 합을 받은 뒤 한 번만"),
-    "not_reduced": ("한 스텝이 쓴 그래디언트가 이 랭크 자신의 것 그대로입니다: 랭크끼리 그래디언트를 모으지 않았습니다.",
-                    "가중치의 그래디언트는 Reduce-Scatter로, 나머지 파라미터는 finish_gradient_synchronization()에서 "
-                    "All-Reduce로"),
-    "wrong": ("한 스텝이 쓴 그래디언트가 평균과 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것)과도 맞지 않습니다.",
-              "Reduce-Scatter한 조각이 내 샤드의 자리(rank × 샤드 크기부터)와 맞는지, 패딩을 어디에 두었는지 보세요"),
-}
-
-# grads_averaged가 실패했을 때 그래디언트가 무엇이었는지(labs.grading.judge.grad_cause)에 따른 원인과 고칠 곳
+# 판정이 측정으로 원인을 더 좁힐 때(판정의 causes): 확인 → 원인 → (원인, 볼 곳). {이름}은 판정이 넘긴 값이다.
+# 넘겨진 뒤에야 p.grad에 쌓이는 그래디언트: 텐서 훅(register_hook)을 바로잡는 곳은 하나다
+AFTER_ACCUMULATION = ("훅은 p.register_post_accumulate_grad_hook(hook)으로 거세요: 그래디언트가 p.grad에 쌓인 뒤 p를 받아 불리므로, "
+                      "그때의 p.grad가 이번 역전파의 그래디언트입니다")
 GRAD_CAUSES = {
     "missing": ("finish 뒤 p.grad가 None입니다: 그래디언트를 지웠거나 새 텐서로 바꿔 끼웠습니다.",
                 "p.grad를 None으로 두지 말고 평균을 p.grad에 제자리(in-place)로 쓰세요"),
     "not_reduced": ("p.grad가 이 랭크 자신의 그래디언트 그대로입니다(또는 그것을 N으로 나눈 값): All-Reduce가 p.grad에 닿지 "
-                    "않았습니다. p.data(파라미터 값)를 보냈거나, register_hook이 받은 텐서처럼 p.grad가 아닌 텐서를 보냈거나, "
-                    "이 파라미터들에 훅이 없습니다.",
-                    "훅에서 p.grad를 All-Reduce하세요(p.register_post_accumulate_grad_hook). 위에 나온 파라미터가 일부뿐이면 "
-                    "그 파라미터들이 훅이나 버킷에서 빠졌습니다"),
+                    "않았습니다. p.data(파라미터 값)를 보냈거나, p.grad가 아닌 텐서를 보냈거나, 이 파라미터들에 훅이 없습니다.",
+                    "훅에서 p.grad를 All-Reduce하세요(p.register_post_accumulate_grad_hook)"),
+    "not_reduced_some": ("이 파라미터들만 p.grad가 이 랭크 자신의 그래디언트 그대로입니다: {params}. 나머지는 평균이 맞으므로, "
+                         "이 파라미터들이 훅이나 버킷에서 빠졌습니다.",
+                         "훅을 거는 목록과 버킷에 넣는 목록이 학습하는 모든 파라미터를 담는지 보세요"),
+    "hook_before_grad": ("훅이 불릴 때 p.grad가 아직 없어(None) 보낸 그래디언트가 없습니다: 이 반복에 All-Reduce한 원소가 "
+                         "0개입니다. register_hook으로 건 텐서 훅은 그래디언트가 p.grad에 쌓이기 전에 불리고, zero_grad()가 "
+                         "p.grad를 None으로 지운 뒤에는 그때 p.grad가 없습니다.", AFTER_ACCUMULATION),
+    "tensor_hook": ("register_hook으로 건 텐서 훅이 받은 그래디언트를 All-Reduce했지만, autograd가 p.grad에 쌓는 것은 그 "
+                    "사본이라 평균이 p.grad에 닿지 않았습니다. 훅은 그래디언트가 p.grad에 쌓이기 전에 불립니다.",
+                    AFTER_ACCUMULATION),
     "not_divided": ("p.grad가 평균의 N배입니다: All-Reduce는 합만 구하는데 N으로 나누지 않았습니다(SGD의 스텝이 N배).",
                     "finish_gradient_synchronization(): 기다린 뒤 p.grad를 world_size로 나누기"),
     "divided_twice": ("p.grad가 평균을 한 번 더 N으로 나눈 값입니다: 두 번 나눴습니다(보내기 전에 한 번, 받은 뒤에 한 번 등).",
@@ -173,6 +171,51 @@ GRAD_CAUSES = {
                  "dist.all_reduce(tensor)의 op를 기본값 dist.ReduceOp.SUM으로 두고, 받은 뒤 N으로 나누세요"),
     "wrong": ("p.grad가 평균 그래디언트와 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것, 지난 반복)과도 맞지 않습니다.",
               "버퍼의 어느 조각이 어느 파라미터인지(순서, view 모양)를 확인하세요"),
+}
+# 한 스텝이 쓴 그래디언트가 무엇이었는지(labs.grading.fsdp_judge.grad_cause)
+FSDP_CAUSES = {
+    "sum_not_average": ("한 스텝이 쓴 그래디언트가 평균의 N배입니다: Reduce-Scatter(또는 All-Reduce)는 합만 구하는데 "
+                        "N으로 나누지 않았습니다.",
+                        "Reduce-Scatter한 조각을 world_size로 나눈 뒤 샤드의 .grad로(gloo에는 AVG가 없습니다)"),
+    "divided_twice": ("한 스텝이 쓴 그래디언트가 평균을 한 번 더 N으로 나눈 값입니다: 두 번 나눴습니다.",
+                      "나누기는 합을 받은 뒤 한 번만"),
+    "not_reduced": ("한 스텝이 쓴 그래디언트가 이 랭크 자신의 것 그대로입니다: 랭크끼리 그래디언트를 모으지 않았습니다.",
+                    "가중치의 그래디언트는 Reduce-Scatter로, 나머지 파라미터는 finish_gradient_synchronization()에서 "
+                    "All-Reduce로"),
+    "wrong": ("한 스텝이 쓴 그래디언트가 평균과 다르고, 알려진 어느 모양(N배, 1/N, 이 랭크 것)과도 맞지 않습니다.",
+              "Reduce-Scatter한 조각이 내 샤드의 자리(rank × 샤드 크기부터)와 맞는지, 패딩을 어디에 두었는지 보세요"),
+}
+CAUSES = {
+    "ddp": {
+        "grads_averaged": GRAD_CAUSES,
+        "runs_without_error": {"hook_before_grad": (
+            "훅이 p.grad를 읽었지만 아직 None이었습니다: register_hook으로 건 텐서 훅은 그래디언트가 p.grad에 쌓이기 전에 "
+            "불리고, zero_grad()가 p.grad를 None으로 지운 뒤에는 그때 p.grad가 없습니다.", AFTER_ACCUMULATION)},
+        "handles_waited": {
+            "dropped": ("반복 {iteration}의 finish_gradient_synchronization()이 All-Reduce의 작업(Work) {count}개를 "
+                        "기다리지 않고 버렸습니다({line}). torch는 작업이 끝나는 순서를 약속하지 않으므로 작업마다 wait()를 "
+                        "불러야 그 합이 p.grad에 도착했다고 보장됩니다: 마지막 작업만 기다리면 앞의 것이 끝났는지는 백엔드와 "
+                        "타이밍에 달립니다.",
+                        "finish_gradient_synchronization(): 목록을 비우기 전에 모든 작업에 .wait()를 부르세요"),
+            "held": ("finish_gradient_synchronization()이 돌아올 때 기다리지 않은 All-Reduce의 작업(Work)이 {count}개 "
+                     "남아 있습니다: 그 합이 언제 p.grad에 도착할지 모르는 채로 옵티마이저가 p.grad를 씁니다.",
+                     "finish_gradient_synchronization(): 돌아오기 전에 모든 작업에 .wait()를 부르세요")}},
+    "zero": {"state_divided": {
+        "replicated": ("옵티마이저 상태가 1/N로 줄지 않았습니다: 랭크들이 가진 상태를 모두 더하면 한 프로세스의 {total}배입니다. "
+                       "여러 랭크가 같은 파라미터를 업데이트해 그 상태(모멘텀, Adam의 두 모멘트)를 함께 가집니다(모든 랭크가 "
+                       "모든 파라미터를 업데이트하면 N배). 결과는 맞아도 ZeRO-1이 아낄 메모리가 그대로입니다.",
+                       "__init__: optimizer_cls에는 이 랭크가 맡은 파라미터만 넘기세요(배정에서 주인이 나인 것)"),
+        "unbalanced": ("상태는 나뉘었지만(모든 랭크의 상태를 더하면 한 프로세스의 것과 같습니다) 고르지 않습니다: 랭크 {rank}의 "
+                       "상태가 한 프로세스 상태의 {share}입니다. 인덱스 순서로 돌아가며(round-robin) 나누면 큰 가중치가 한 "
+                       "랭크에 몰리고(가중치·편향이 번갈아 오는 모델에서 N=2면 가중치가 모두 랭크 0에), 그 랭크의 메모리는 "
+                       "거의 줄지 않습니다.",
+                       "배정을 크기로 하세요: 가장 큰 텐서부터, 지금까지 맡은 원소가 가장 적은 랭크에게(labs/ddp/zero.py의 "
+                       "assign_to_ranks). 모든 랭크가 같은 크기 목록으로 같은 답을 얻으므로 통신이 필요 없습니다"),
+        "not_found": ("어느 랭크에서도 옵티마이저 상태를 찾지 못했습니다: 상태가 optimizer_cls로 만든 torch 옵티마이저의 state에 "
+                      "있지 않습니다.",
+                      "__init__: 내 샤드의 파라미터로 optimizer_cls(...)를 만들어 속성에 두고, step()에서 그 옵티마이저의 "
+                      "step()을 부르세요")}},
+    "fsdp": {"grads_averaged": FSDP_CAUSES},
 }
 
 # 인터페이스마다(labs.grading.source.kind_of) 확인의 설명: 예외는 어느 인터페이스든 같은 말로

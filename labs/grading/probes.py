@@ -5,16 +5,18 @@ Nothing here judges. Each probe records raw measurements for :mod:`labs.grading.
 the parent where the reader's code cannot reach its thresholds:
 
 - ``broadcast``: a model with BatchNorm whose parameters *and* running statistics differ per rank;
-  after construction, each parameter's and each buffer's distance from rank 0's values.
+  after construction, each parameter's and each buffer's distance from rank 0's values, and how many
+  parameters carry each kind of hook (a tensor hook, ``register_hook``, runs before ``p.grad`` is written).
 - ``train``: K steps of SGD (measured) and of AdamW, next to torch DDP and one process on the global
   batch. In every SGD iteration, on every rank: each ``p.grad`` right after
   ``finish_gradient_synchronization()`` returns, fitted against the oracle (the global-batch mean
   gradient at the same weights), this rank's own gradient, the ranks' own gradients combined by
   another reduce op (MAX, MIN, PRODUCT) and the previous iteration's oracle; how
   much ``p.grad`` still changed after that return (every rank but 0 starts late, so a reduction
-  nobody waited on cannot have finished); and what the process group did (the profiler's work items,
-  whatever call path issued them) and the moments the reader's code called each All-Reduce, next to
-  the moments each gradient became ready and backward returned.
+  nobody waited on cannot have finished); the async work objects the reader's code got and had not
+  waited on when finish returned (:class:`WorkWatch`); and what the process group did (the profiler's
+  work items, whatever call path issued them) and the moments the reader's code called each
+  All-Reduce, next to the moments each gradient became ready and backward returned.
 - ``frozen`` / ``tied``: elements reduced per iteration for a model with a frozen first layer and
   for two layers sharing one weight.
 
@@ -27,42 +29,49 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
+import sysconfig
 import time
+import traceback
+import weakref
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..tools.comms import CollectiveCounter, carried_bytes, mark
 from ..context import RankContext
+from ..tools.comms import CollectiveCounter, carried_bytes, mark
 from ..tools.models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..tools.primitives import max_abs_diff
+from .config import LR, OPTIMIZER_ARGS, ProbeConfig
 
-LR = 0.05
-# AdamW는 0에 가까운 그래디언트 성분을 eps 정도까지 키운다: 기본 eps=1e-8이면 합하는 순서에 따른 반올림 차이
-# (1e-10 수준)가 torch DDP와 단일 프로세스 사이에서도 1e-4까지 커진다. eps를 키워 비교를 잘 조건화한다.
-OPTIMIZER_ARGS = {"sgd": (torch.optim.SGD, {"lr": LR, "momentum": 0.9}),
-                  "adamw": (torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.01, "eps": 1e-5})}
-OPTIMIZERS = {name: lambda params, cls=cls, kwargs=kwargs: cls(params, **kwargs)
-              for name, (cls, kwargs) in OPTIMIZER_ARGS.items()}
+Record = dict[str, Any]  # 한 검사가 랭크에서 남기는 기록: 숫자·문자열·목록·사전뿐 (부모가 JSON으로 받는다)
+ProbeFn = Callable[[RankContext, type, ProbeConfig, dist.ProcessGroup], Record]
+
 PROBES = ("broadcast", "train", "frozen", "tied")
 STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다리지 않은 All-Reduce는 finish가 돌아올 때 끝났을 수 없다
 READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
 END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
+# 읽는 사람의 줄을 찾을 때 건너뛰는 곳: 표준 라이브러리, torch, 채점기
+LIBRARIES = tuple(str(Path(d).resolve()) for d in (sysconfig.get_paths()["stdlib"], Path(torch.__file__).parent,
+                                                    Path(__file__).parent))
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
-    """What every probe is run with: the model, the data and the reader's bucket size."""
+class Graded(Protocol):
+    """What the probes call on the reader's object beyond what every ``nn.Module`` has."""
 
-    bucket_cap_mb: float
-    steps: int
-    per_rank_batch: int
-    width: int
-    depth: int
-    seed: int
+    def finish_gradient_synchronization(self) -> None: ...
+
+    def gather_full_params(self) -> dict[str, torch.Tensor]: ...
+
+
+def finish(wrapped: nn.Module) -> None:
+    """The reader's ``finish_gradient_synchronization()``."""
+    cast(Graded, wrapped).finish_gradient_synchronization()
 
 
 def takes_cap(cls: type) -> bool:
@@ -83,7 +92,7 @@ class TiedPair(nn.Module):
         self.b = nn.Linear(width, width)
         self.b.weight = self.a.weight
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.b(torch.relu(self.a(x)))
 
 
@@ -94,24 +103,33 @@ def buffered_model(width: int) -> nn.Sequential:
 
 # --- 측정 ----------------------------------------------------------------------------------------------
 
-def _flat(tensors) -> torch.Tensor:
+def flat(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).double() for t in tensors])
 
 
-def _data(width: int, rows: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def start(ctx: RankContext, cfg: ProbeConfig, batches: int = 1, seed: int = 0) -> tuple[nn.Sequential, torch.Tensor, torch.Tensor]:
+    """What most probes start from: the model (the same on every rank) and ``batches`` global batches of data."""
+    torch.manual_seed(cfg.seed)
+    return (layer_stack(cfg.width, cfg.depth).to(ctx.device),
+            *make_data(cfg.width, batches * ctx.world_size * cfg.per_rank_batch, cfg.seed + seed, ctx.device))
+
+
+def make_data(width: int, rows: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` inputs and targets of a fixed nonlinear map: the data every probe trains on."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, width, generator=gen)
     return x.to(device), torch.tanh(x @ torch.randn(width, width, generator=gen)).to(device)
 
 
-def _grads(model: nn.Module) -> list[torch.Tensor | None]:
+def grads_of(model: nn.Module) -> list[torch.Tensor | None]:
     return [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
 
 
-def _oracle_grads(oracle: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+def oracle_grads(oracle: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    """The gradients of one process's backward on ``(x, y)`` (its mean loss), at ``oracle``'s weights."""
     oracle.zero_grad(set_to_none=True)
     mse_backward(oracle, x, y)
-    return [p.grad.detach().clone() for p in oracle.parameters()]
+    return [p.grad.detach().clone() for p in oracle.parameters() if p.grad is not None]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -125,10 +143,12 @@ def _fit(g: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
 
 
 # 합(SUM) 대신 다른 op로 All-Reduce했을 때 나오는 값: 랭크들의 그래디언트를 원소마다 이 op로 모은 것
-OTHER_OPS = {"MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
+OTHER_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
 
 
-def compare_grad(g, oracle, ranks_own: list, rank: int, previous) -> dict:
+def compare_grad(g: torch.Tensor | None, oracle: torch.Tensor, ranks_own: list[torch.Tensor], rank: int,
+                 previous: torch.Tensor | None) -> Record:
     """One ``p.grad`` against the global-batch mean, each rank's own gradient (``ranks_own``, this rank's
     at ``rank``) combined by another reduce op, and the last iteration's mean."""
     if g is None:
@@ -146,12 +166,70 @@ def compare_grad(g, oracle, ranks_own: list, rank: int, previous) -> dict:
             "prev_err": None if previous is None else _rel(g, previous.reshape(-1).double())}
 
 
-def float_calls(counter: CollectiveCounter) -> dict:
+def float_calls(counter: CollectiveCounter) -> Record:
     """The block's work items that carried floating-point values (the collective checker's own calls carry
     integers: its fingerprints): how many of each op, the elements and the bytes."""
     items = [item for item in counter.items if item["dtype"].startswith(("float", "bfloat"))]
     return {"ops": dict(Counter(item["op"] for item in items)), "elements": sum(item["numel"] for item in items),
             "bytes": carried_bytes(items)}
+
+
+def reader_line() -> list[str | int] | None:
+    """``[file name, line, code]`` of the innermost frame on the stack outside the libraries and the grader:
+    the reader's line that is running now (its trailing comment left out)."""
+    frames = [f for f in traceback.extract_stack() if not str(Path(f.filename).resolve()).startswith(LIBRARIES)]
+    if not frames:
+        return None
+    return [Path(frames[-1].filename).name, frames[-1].lineno or 0, re.sub(r"\s{2,}#.*$", "", frames[-1].line or "").strip()]
+
+
+class WorkWatch:
+    """The async work objects the process group hands out inside the block (``dist.all_reduce(…,
+    async_op=True)``, ``group.allreduce(…)``, the coalesced form), and which of them are still unsettled when
+    it ends: never waited on (``wait()``) nor handed on to a future (``get_future()``, whose completion the
+    changed-after measurement judges). For each one let go before that, :attr:`dropped` keeps the reader's
+    line that let go of it; :attr:`held` counts those still kept."""
+
+    ISSUE, SETTLE = ("allreduce", "allreduce_coalesced"), ("wait", "get_future")
+
+    def __init__(self) -> None:
+        self.open: dict[int, weakref.finalize] = {}
+        self.dropped: list[list[str | int] | None] = []
+        self.held = 0
+        self._saved = [(cls, name, cls.__dict__[name]) for cls, names in
+                       ((dist.ProcessGroup, self.ISSUE), (dist.Work, self.SETTLE)) for name in names]
+
+    def _let_go(self, key: int) -> None:
+        if self.open.pop(key, None) is not None:
+            self.dropped.append(reader_line())
+
+    def __enter__(self) -> WorkWatch:
+        def issue(original: Callable[..., Any]) -> Callable[..., Any]:
+            def call(group: object, *args: Any, **kwargs: Any) -> Any:
+                work = original(group, *args, **kwargs)
+                if work is not None:
+                    self.open[id(work)] = weakref.finalize(work, self._let_go, id(work))
+                return work
+            return call
+
+        def settle(original: Callable[..., Any]) -> Callable[..., Any]:
+            def call(work: object, *args: Any, **kwargs: Any) -> Any:
+                final = self.open.pop(id(work), None)
+                if final is not None:
+                    final.detach()
+                return original(work, *args, **kwargs)
+            return call
+
+        for cls, name, original in self._saved:
+            setattr(cls, name, issue(original) if name in self.ISSUE else settle(original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cls, name, original in self._saved:
+            setattr(cls, name, original)
+        self.held = len(self.open)
+        for final in self.open.values():
+            final.detach()
 
 
 def settle(ctx: RankContext) -> None:
@@ -162,7 +240,7 @@ def settle(ctx: RankContext) -> None:
     dist.barrier()
 
 
-def reductions(counter: CollectiveCounter) -> list[dict]:
+def reductions(counter: CollectiveCounter) -> list[Record]:
     """The process group's All-Reduce work items (the end-of-iteration marker left out): elements, bytes."""
     out = []
     for item in counter.work:
@@ -175,21 +253,17 @@ def reductions(counter: CollectiveCounter) -> list[dict]:
     return out
 
 
-def reduction_launches(counter: CollectiveCounter, origin_ns: int) -> list[float]:
-    """When each All-Reduce was called (s from ``origin_ns``), in the caller's thread: the moment the
-    reader's code asked for it, not when gloo's worker thread got to it. The last call of the block is
-    :func:`settle`'s marker."""
-    return [(ns - origin_ns) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1]
-
-
-def _iteration_calls(counter: CollectiveCounter) -> dict:
-    """The calls' sizes; launches and gradient-ready moments in seconds from the moment backward returned."""
+def _iteration_calls(counter: CollectiveCounter) -> Record:
+    """The calls' sizes; launches and gradient-ready moments in seconds from the moment backward returned.
+    The launches are when the reader's code called each All-Reduce (the caller's thread, not gloo's worker);
+    the block's last call is :func:`settle`'s marker."""
     end = next(ns for name, ns in counter.marks if name == BACKWARD_END)
-    return {"calls": reductions(counter), "launches": reduction_launches(counter, end),
+    launches = [(ns - end) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1]
+    return {"calls": reductions(counter), "launches": launches,
             "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY]}
 
 
-def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     torch.manual_seed(cfg.seed + 1 + ctx.rank)  # 랭크마다 다른 초기값
     model = buffered_model(cfg.width).to(ctx.device)
     with torch.no_grad():  # 랭크마다 다른 데이터로 한 번: BatchNorm의 running 통계가 랭크마다 다르다
@@ -203,103 +277,114 @@ def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> 
         dist.broadcast(t, src=0, group=original)
     wrapped = construct(cls, model, cfg.bucket_cap_mb)
     inner = getattr(wrapped, "module", model)
-    return {"max_diff": float((_flat(inner.parameters()) - _flat(params0)).abs().max()),
-            "buffers": {name: float((_flat([b]) - _flat([buffers0[name]])).abs().max())
-                        for name, b in inner.named_buffers() if name in buffers0}}
+    return {"max_diff": float((flat(inner.parameters()) - flat(params0)).abs().max()),
+            "buffers": {name: float((flat([b]) - flat([buffers0[name]])).abs().max())
+                        for name, b in inner.named_buffers() if name in buffers0},
+            # 파라미터에 건 훅의 종류: 텐서 훅(register_hook)은 p.grad에 쌓기 전에, 다른 하나는 쌓은 뒤에 불린다
+            "hooks": {"tensor": sum(bool(p._backward_hooks) for p in model.parameters()),
+                      "post_accumulate": sum(bool(p._post_accumulate_grad_hooks) for p in model.parameters())}}
 
 
-def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def _measured_step(ctx: RankContext, wrapped: nn.Module, model: nn.Module, oracle: nn.Module,
+                   data: tuple[torch.Tensor, torch.Tensor], step: int, per_rank: int,
+                   previous: list[torch.Tensor] | None) -> tuple[Record, list[torch.Tensor]]:
+    """One measured iteration of the reader's class: its record, and the oracle's gradients (the next one's
+    ``previous``)."""
+    n = ctx.world_size
+    oracle.load_state_dict(model.state_dict())  # 지금의 가중치에서 잰 기준 그래디언트
+    target = oracle_grads(oracle, *rank_batch(*data, 0, 1, n * per_rank, step))  # 전역 배치 전체
+    own = [oracle_grads(oracle, *rank_batch(*data, r, n, per_rank, step)) for r in range(n)]  # 랭크마다 자기 것
+    if ctx.rank > 0:
+        time.sleep(STAGGER_S)
+    with CollectiveCounter() as counter:
+        with WorkWatch() as works:
+            mse_backward(wrapped, *rank_batch(*data, ctx.rank, n, per_rank, step))
+            mark(BACKWARD_END)
+            finish(wrapped)
+        at_return = grads_of(model)
+        settle(ctx)
+    after = [float((a - s).abs().max()) for a, s in zip(at_return, grads_of(model)) if a is not None and s is not None]
+    return {**_iteration_calls(counter), "changed_after": max(after, default=0.0),
+            "unwaited": {"dropped": works.dropped, "held": works.held},
+            "grads": [compare_grad(g, o, [r[i] for r in own], ctx.rank, None if previous is None else previous[i])
+                      for i, (g, o) in enumerate(zip(at_return, target))]}, target
+
+
+def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
-    torch.manual_seed(cfg.seed)
-    init = layer_stack(cfg.width, cfg.depth)
-    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
-    out = {"names": [name for name, _ in init.named_parameters()],
-           "sizes": [p.numel() * p.element_size() for p in init.parameters()],
-           "numels": [p.numel() for p in init.parameters()], "iterations": [], "diffs": {}}
-    for opt_name in OPTIMIZERS:
+    init, x, y = start(ctx, cfg, cfg.steps)
+    out: Record = {"names": [name for name, _ in init.named_parameters()],
+                   "sizes": [p.numel() * p.element_size() for p in init.parameters()],
+                   "numels": [p.numel() for p in init.parameters()], "iterations": [], "diffs": {}}
+    for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
         measured = opt_name == "sgd"
-        model = copy.deepcopy(init).to(ctx.device)
+        model = copy.deepcopy(init)
         if measured:  # 감싸기 전에 건 훅이라 읽는 사람의 훅보다 먼저 불린다: 그래디언트가 준비된 순간
             for p in model.parameters():
                 p.register_post_accumulate_grad_hook(lambda _: mark(READY))
         ddp = wrap_ddp(copy.deepcopy(init), ctx.device, process_group=original)
-        single = copy.deepcopy(init).to(ctx.device)
-        oracle = copy.deepcopy(init).to(ctx.device)
+        single, oracle = copy.deepcopy(init), copy.deepcopy(init)
         wrapped = construct(cls, model, cfg.bucket_cap_mb)
-        optimizers = [OPTIMIZERS[opt_name](m.parameters()) for m in (model, ddp, single)]
+        optimizers = [opt_cls(m.parameters(), **kwargs) for m in (model, ddp, single)]
         previous = None
         for step in range(cfg.steps):
             for opt in optimizers:
                 opt.zero_grad()
             mine = rank_batch(x, y, ctx.rank, n, per_rank, step)
-            everyone = rank_batch(x, y, 0, 1, n * per_rank, step)  # 전역 배치 전체
             if measured:
-                oracle.load_state_dict(model.state_dict())  # 지금의 가중치에서 잰 기준 그래디언트
-                target = _oracle_grads(oracle, *everyone)
-                own = [_oracle_grads(oracle, *rank_batch(x, y, r, n, per_rank, step)) for r in range(n)]  # 랭크마다 자기 것
-                if ctx.rank > 0:
-                    time.sleep(STAGGER_S)
-            with CollectiveCounter() as counter:
+                record, previous = _measured_step(ctx, wrapped, model, oracle, (x, y), step, per_rank, previous)
+                out["iterations"].append(record)
+            else:
                 mse_backward(wrapped, *mine)
-                mark(BACKWARD_END)
-                wrapped.finish_gradient_synchronization()
-                at_return = _grads(model)
+                finish(wrapped)
                 settle(ctx)
-            if measured:
-                settled = _grads(model)
-                after = [float((a - s).abs().max()) for a, s in zip(at_return, settled) if a is not None and s is not None]
-                out["iterations"].append({
-                    **_iteration_calls(counter), "changed_after": max(after, default=0.0),
-                    "grads": [compare_grad(g, o, [r[i] for r in own], ctx.rank, None if previous is None else previous[i])
-                              for i, (g, o) in enumerate(zip(at_return, target))]})
-                previous = target
             mse_backward(ddp, *mine)
-            mse_backward(single, *everyone)
+            mse_backward(single, *rank_batch(x, y, 0, 1, n * per_rank, step))
             for opt in optimizers:
                 opt.step()
         ours = list(model.parameters())
-        out["diffs"][opt_name] = {"ddp": max_abs_diff(ours, list(ddp.module.parameters())),
+        out["diffs"][opt_name] = {"ddp": max_abs_diff(ours, list(ddp.parameters())),
                                   "single": max_abs_diff(ours, list(single.parameters()))}
     return out
 
 
-def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model: nn.Module, optimizer) -> list[int]:
+def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model: nn.Module,
+                            make_optimizer: Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]) -> list[int]:
     """All-reduced elements in each of two iterations (the process group's work items)."""
-    x, y = _data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
+    x, y = make_data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
     elements = []
     wrapped = construct(cls, model, cfg.bucket_cap_mb)
-    opt = optimizer(model.parameters())
+    opt = make_optimizer(model.parameters())
     for _ in range(2):
         opt.zero_grad()
         with CollectiveCounter() as counter:
             mse_backward(wrapped, *rank_batch(x, y, ctx.rank, ctx.world_size, cfg.per_rank_batch))
-            wrapped.finish_gradient_synchronization()
+            finish(wrapped)
             settle(ctx)
         opt.step()
         elements.append(sum(call["numel"] for call in reductions(counter)))
     return elements
 
 
-def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
-    torch.manual_seed(cfg.seed)
-    model = layer_stack(cfg.width, cfg.depth).to(ctx.device)
+def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
+    model, _, _ = start(ctx, cfg)
     frozen = list(model[0].parameters())
     for p in frozen:
         p.requires_grad_(False)
-    before = _flat(frozen).clone()
+    before = flat(frozen).clone()
     # 모든 파라미터를 옵티마이저에 넘기는 흔한 학습 루프: .grad가 None인 파라미터는 건너뛰어야 한다
     elements = _elements_per_iteration(ctx, cls, cfg, model,
                                        lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))
     return {"elements": elements, "trainable_elements": sum(p.numel() for p in model.parameters() if p.requires_grad),
-            "frozen_change": float((_flat(frozen) - before).abs().max())}
+            "frozen_change": float((flat(frozen) - before).abs().max())}
 
 
-def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     torch.manual_seed(cfg.seed)
     model = TiedPair(cfg.width).to(ctx.device)
     single = copy.deepcopy(model)  # 전역 배치로 같은 두 스텝을 밟는 단일 프로세스 (값은 보고만 한다)
     elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.SGD(params, lr=LR))
-    x, y = _data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
+    x, y = make_data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
     opt = torch.optim.SGD(single.parameters(), lr=LR)
     for _ in range(2):
         opt.zero_grad()
@@ -309,4 +394,5 @@ def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
             "value_diff": max_abs_diff(list(model.parameters()), list(single.parameters()))}
 
 
-PROBE_FNS = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen, "tied": probe_tied}
+PROBE_FNS: dict[str, ProbeFn] = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen,
+                                 "tied": probe_tied}

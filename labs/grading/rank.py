@@ -5,6 +5,8 @@ The reader's file is imported and run only here, inside each rank. A DDP runs th
 :mod:`labs.grading.probes`, a ZeRO-1 optimizer those of :mod:`labs.grading.zero_probes`, a small FSDP
 those of :mod:`labs.grading.fsdp_probes`; nothing here judges. While the rank runs, its phase and stack
 are kept in a file, so that after a deadline or a dead rank the parent can name the reader's line.
+Warnings (torch's FutureWarning for a deprecated call, a UserWarning) are recorded, never printed: the
+report shows those the reader's own calls raised, with the line.
 
 Every class runs on a fresh process group wrapped in torch's collective checker (the wrapper that
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs): ranks that issue different collectives get a named
@@ -20,8 +22,12 @@ import re
 import sys
 import threading
 import traceback
+import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -29,12 +35,14 @@ from torch.distributed import distributed_c10d
 
 from ..context import RankContext
 from . import fsdp_probes, probes, zero_probes
-from .probes import ProbeConfig, takes_cap
+from .config import ProbeConfig
+from .probes import Record, takes_cap
 from .source import class_error, kind_of
 
 WATCH_S = 0.2     # 멈춘 곳을 적는 간격
 MISMATCH = "Detected mismatch between collectives"
-INTERFACES = {"ddp": probes, "zero": zero_probes, "fsdp": fsdp_probes}  # 인터페이스(source.kind_of)마다 검사 모듈
+INTERFACES: dict[str, ModuleType] = {"ddp": probes, "zero": zero_probes, "fsdp": fsdp_probes}  # 인터페이스마다 검사 모듈
+MAX_WARNINGS = 10  # 기록하는 경고의 수 (서로 다른 것만)
 
 
 # --- 멈춘 곳과 불러오기 단계: 부모가 제한 시간 뒤에 읽는다 ----------------------------------------------
@@ -48,15 +56,15 @@ class StackWatch:
         self.phase = "start"
         self._main = threading.get_ident()
         self._stop = threading.Event()
-        self._last = None
+        self._last: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "StackWatch":
+    def __enter__(self) -> StackWatch:
         if self.path is not None:
             threading.Thread(target=self._loop, daemon=True).start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
 
     def set_phase(self, phase: str) -> None:
@@ -82,20 +90,25 @@ class StackWatch:
             self._last = state
 
 
+MAX_MESSAGE = 300  # 예외 메시지를 보고서에 옮기는 최대 글자 수
+
+
 def describe_error(error: BaseException, path: str) -> str:
-    """``file:line: code — Type: message`` at the deepest frame of the reader's file (else the last frame)."""
+    """``file:line: code — Type: message`` at the deepest frame of the reader's file (else the last frame);
+    the message on one line (torch's span several: "Expected … of type torch.Tensor / but got NoneType")."""
     frames = traceback.extract_tb(error.__traceback__)
     mine = [f for f in frames if Path(f.filename).resolve() == Path(path).resolve()] or frames[-1:]
     where = f"{Path(mine[-1].filename).name}:{mine[-1].lineno}: {(mine[-1].line or '').strip()} — " if mine else ""
-    text = str(error).strip().splitlines()
-    return f"{where}{type(error).__name__}: {text[0] if text else ''}"
+    return f"{where}{type(error).__name__}: {' '.join(str(error).split())[:MAX_MESSAGE]}"
 
 
-def import_file(path: str, watch: StackWatch):
+def import_file(path: str, watch: StackWatch) -> tuple[ModuleType | None, dict[str, str] | None]:
     """The reader's module, or ``(None, error)``: any BaseException at import (SystemExit too) is recorded."""
     watch.set_phase("import")
     try:
         spec = importlib.util.spec_from_file_location(f"reader_ddp_{Path(path).stem}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path}을(를) 파이썬 모듈로 불러올 수 없습니다")
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # @dataclass 등 클래스의 모듈을 sys.modules에서 찾는 코드를 위해
         spec.loader.exec_module(module)
@@ -106,20 +119,34 @@ def import_file(path: str, watch: StackWatch):
     return module, None
 
 
-def grader_state() -> dict[str, int]:
-    """What every loaded ``labs`` module binds (name -> object id): a reader's assignment changes it."""
-    return {f"{name}.{key}": id(value) for name, module in list(sys.modules.items())
-            if name == "labs" or name.startswith("labs.") for key, value in list(vars(module).items())
-            if not key.startswith("__")}
+@contextmanager
+def reader_warnings(path: str) -> Iterator[list[Record]]:
+    """No warning raised inside the block is printed. Those raised while the reader's file is on the stack
+    (the reader's own call warned: torch's FutureWarning for a deprecated function, say) are kept, each
+    once, with the reader's innermost line; the list fills when the block ends."""
+    mine = Path(path).resolve()
+    kept: dict[tuple[str, str, int], Record] = {}
 
+    def keep(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+             line: str | None = None) -> None:
+        frames = [f for f in traceback.extract_stack() if Path(f.filename).resolve() == mine]
+        if frames and len(kept) < MAX_WARNINGS:
+            at = frames[-1].lineno or 0
+            kept.setdefault((category.__name__, str(message), at), {"category": category.__name__, "message": str(message),
+                                                                    "where": [mine.name, at, (frames[-1].line or "").strip()]})
 
-def changed(before: dict[str, int]) -> list[str]:
-    after = grader_state()
-    return sorted(key for key, ident in before.items() if after.get(key) != ident)
+    found: list[Record] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = keep
+        try:
+            yield found
+        finally:
+            found += kept.values()
 
 
 @contextmanager
-def checked_group(backend: str):
+def checked_group(backend: str) -> Iterator[dist.ProcessGroup]:
     """A fresh process group behind torch's collective checker, the default for the block; yields the
     original default group (for the oracles, whose collectives are not the reader's)."""
     level = dist.get_debug_level()
@@ -129,6 +156,8 @@ def checked_group(backend: str):
     finally:
         dist.set_debug_level(level)
     original = distributed_c10d._world.default_pg
+    if original is None:
+        raise RuntimeError("프로세스 그룹이 없습니다: 채점은 랭크 안에서만 돕니다")
     distributed_c10d._update_default_pg(group)
     try:
         yield original
@@ -136,7 +165,7 @@ def checked_group(backend: str):
         distributed_c10d._update_default_pg(original)
 
 
-def grade_class(ctx: RankContext, module, path: str, name: str, cfg: ProbeConfig) -> dict:
+def grade_class(ctx: RankContext, module: ModuleType, path: str, name: str, cfg: ProbeConfig) -> Record:
     """Every probe for one class; an exception is recorded with the reader's line, a mismatch stops the rest."""
     cls = getattr(module, name, None)
     try:
@@ -144,9 +173,9 @@ def grade_class(ctx: RankContext, module, path: str, name: str, cfg: ProbeConfig
     except (TypeError, ValueError) as error:  # 시그니처를 읽을 수 없는 호출 가능 객체
         problem = f"{name}의 생성자 모양을 읽을 수 없습니다: {error}"
     kind = kind_of(name, cls)
-    out: dict = {"name": name, "kind": kind, "bucketed": problem is None and kind == "ddp" and takes_cap(cls),
-                 "input_error": problem, "errors": {}, "phases": {}, "mismatch": None}
-    if problem is not None:
+    out: Record = {"name": name, "kind": kind, "input_error": problem, "errors": {}, "phases": {}, "mismatch": None,
+                   "bucketed": isinstance(cls, type) and problem is None and kind == "ddp" and takes_cap(cls)}
+    if problem is not None or not isinstance(cls, type):
         return out
     chosen = INTERFACES[kind]
     with checked_group(ctx.backend) as original:
@@ -180,18 +209,18 @@ def _agree(ctx: RankContext, ok: bool) -> bool:
     return bool(flag.item())
 
 
-def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: ProbeConfig) -> dict:
-    """The rank's record: the import's outcome, any change to the grader's modules, each class's probes."""
-    record = {"import_error": None, "tampered": [], "classes": []}
-    with StackWatch(trace_dir, ctx.rank) as watch:
-        before = grader_state()
-        module, record["import_error"] = import_file(path, watch)
-        record["tampered"] = changed(before)
-        if not _agree(ctx, module is not None and not record["tampered"]):
-            return record
-        for name in classes:
-            record["classes"].append(grade_class(ctx, module, path, name, cfg))
-            record["tampered"] = changed(before)
-            if not _agree(ctx, not record["tampered"]):
-                break
-    return record
+class RankRecord(TypedDict):
+    """What one rank found: the import's outcome, each class's probes, the warnings the reader's calls raised."""
+
+    import_error: dict[str, str] | None  # kind, text
+    classes: list[Record]
+    warnings: list[Record]  # category, message, where: [파일, 줄, 코드]
+
+
+def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: ProbeConfig) -> RankRecord:
+    """The rank's record (:class:`RankRecord`)."""
+    with StackWatch(trace_dir, ctx.rank) as watch, reader_warnings(path) as found:
+        module, error = import_file(path, watch)
+        graded = [grade_class(ctx, module, path, name, cfg) for name in classes] \
+            if _agree(ctx, module is not None) and module is not None else []
+    return {"import_error": error, "classes": graded, "warnings": found}

@@ -9,6 +9,8 @@ memory held, not where the reader chose to put it.
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
+from types import CellType
 
 import torch
 
@@ -17,7 +19,7 @@ MAX_OBJECTS = 200_000  # 한 번의 걷기에서 볼 객체 수의 상한 (채�
 SKIP = (type, types.ModuleType, str, bytes, int, float, bool, complex, type(None), torch.dtype, torch.device)
 
 
-def _children(obj) -> list:
+def _children(obj: object) -> list[object]:
     if isinstance(obj, dict):
         return list(obj.values())
     if isinstance(obj, (list, tuple, set, frozenset)):
@@ -42,7 +44,7 @@ def _children(obj) -> list:
     return list(vars(obj).values())
 
 
-def _filled(cell) -> bool:
+def _filled(cell: CellType) -> bool:
     try:
         cell.cell_contents
     except ValueError:
@@ -50,11 +52,13 @@ def _filled(cell) -> bool:
     return True
 
 
-def reachable(*roots):
+def reachable(*roots: object) -> Iterator[object]:
     """Every object reachable from ``roots`` (tensors are yielded, not entered; their ``.grad`` is)."""
-    seen, kept, frontier = set(), [], list(roots)
+    seen: set[int] = set()
+    kept: list[object] = []
+    frontier = list(roots)
     for _ in range(MAX_DEPTH):
-        nxt = []
+        nxt: list[object] = []
         for obj in frontier:
             if id(obj) in seen or isinstance(obj, SKIP) or len(seen) >= MAX_OBJECTS:
                 continue

@@ -1,13 +1,16 @@
 """The grader's report: every check of every class with its measured value, and for a failure the
 most likely cause and where to look (the words are :mod:`labs.grading.hints`, the order of diagnosis
-is each judge's ``CHECKS``); and a launcher error (a deadlock, a dead rank) in the reader's words.
+is each judge's ``CHECKS``); the warnings torch gave the reader's own calls; and a launcher error (a
+deadlock, a dead rank) in the reader's words.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import LabError, LabTimeoutError, RankCrashedError, RankFailedError
-from ..result import LabResult, _fmt
-from .hints import FSDP_CAUSES, GRAD_CAUSES, HINTS_OF
+from ..result import LabResult, format_value
+from .hints import CAUSES, HINTS_OF
 from .source import kind_of
 from .summary import checks_of
 
@@ -24,87 +27,93 @@ def _kind(result: LabResult, name: str) -> str:
     return next((c["kind"] for c in result.data["classes"] if c["name"] == name), kind_of(name))
 
 
-def diagnosis(result: LabResult, name: str) -> str | None:
-    """The first failing check of class ``name`` in the grader's order: the most likely cause."""
-    for check in checks_of(_kind(result, name)):
-        c = result.checks.get(f"{name}.{check}")
-        if c is not None and not c.ok:
-            return check
-    return None
-
-
 def failed_checks(result: LabResult, name: str) -> set[str]:
     return {c for c in checks_of(_kind(result, name))
             if f"{name}.{c}" in result.checks and not result.checks[f"{name}.{c}"].ok}
 
 
-def cause_text(cls: dict, check: str) -> tuple[str, str]:
-    """Why the check most likely failed and where to look (for grads_averaged: what the gradients were)."""
-    cause = cls["grad_cause"]
-    if cls["kind"] == "fsdp" and check == "grads_averaged" and cause:
-        return FSDP_CAUSES[cause["cause"]]
-    if check == "grads_averaged" and cause:
-        if cause["cause"] == "not_reduced" and not cause["all"]:
-            return (f"이 파라미터들만 p.grad가 이 랭크 자신의 그래디언트 그대로입니다: {', '.join(cause['params'])}. "
-                    "나머지는 평균이 맞으므로, 이 파라미터들이 훅이나 버킷에서 빠졌습니다.",
-                    "훅을 거는 목록과 버킷에 넣는 목록이 학습하는 모든 파라미터를 담는지 보세요")
-        why, where = GRAD_CAUSES[cause["cause"]]
-        return why.format(op=cause.get("op")), where
+def diagnosis(result: LabResult, name: str) -> str | None:
+    """The first failing check of class ``name`` in the grader's order: the most likely cause."""
+    failed = failed_checks(result, name)
+    return next((c for c in checks_of(_kind(result, name)) if c in failed), None)
+
+
+def cause_text(cls: dict[str, Any], check: str) -> tuple[str, str]:
+    """Why the check most likely failed and where to look: what the judge's records narrowed it down to
+    (``causes``), else the check's own words."""
+    cause = cls["causes"].get(check)
+    if cause is not None:
+        why, where = CAUSES[cls["kind"]][check][cause["key"]]
+        return why.format(**cause), where.format(**cause)
     _, why, where = HINTS_OF[cls["kind"]][check]
     return why, where
+
+
+def _facts_lines(cls: dict[str, Any], tolerance: float) -> list[str]:
+    """The numbers under the checks: the parameter differences, the first step's collectives, the errors."""
+    lines = []
+    if cls["diffs"]:
+        d = cls["diffs"]
+        lines.append("파라미터 최대 차이: " + ", ".join(
+            f"{opt.upper()} " + " · ".join(f"vs {ORACLES[k]} {v:.2e}" for k, v in d[opt].items()) for opt in d)
+            + f" (허용 {tolerance:g})")
+    if cls.get("calls"):
+        calls = cls["calls"]
+        lines.append(f"랭크 0의 {calls['where']}이 부른 집합 통신: " + (", ".join(
+            f"{op} {count}번" for op, count in sorted(calls["ops"].items())) or "없음") + f", {calls['bytes']:,}바이트")
+    return lines + [f"실행 중 예외 ({probe} 검사): {text}" for probe, text in cls["errors"].items()]
+
+
+def class_report(result: LabResult, cls: dict[str, Any]) -> list[str]:
+    """One class's part of the report."""
+    name, kind = cls["name"], cls["kind"]
+    head = f"채점: 클래스 {name}({TITLES.get(kind) or ('버킷' if cls['bucketed'] else '파라미터별')}) · " \
+           f"랭크 N={result.world_size} ({result.backend})"
+    lines, checks, cause = [head, "=" * len(head)], checks_of(kind), diagnosis(result, name)
+    if cause == "runs_without_error":  # 예외가 먼저: 읽는 사람의 파일과 줄이 맨 앞에 온다
+        lines.append(f"예외: {result.checks[f'{name}.runs_without_error'].value}")
+    for check in checks:
+        c = result.checks[f"{name}.{check}"]
+        mark = "해당 없음" if not c.applicable else ("통과" if c.ok else "실패")
+        measured = f" — 측정 {format_value(c.value)} (기준 {c.criterion()})" if c.applicable else ""
+        lines.append(f"[{mark}] {HINTS_OF[kind][check][0]} ({check}){measured}")
+        if not c.applicable:
+            lines.append(f"        {c.description}")
+    lines += _facts_lines(cls, result.data["tolerance"])
+    if cause is None:
+        return lines + [f"결과: 확인 {len(checks)}개 모두 통과했습니다. {PASSED[kind]}"]
+    why, where = cause_text(cls, cause)
+    return lines + [f"결과: 확인 {len(checks)}개 중 {len(failed_checks(result, name))}개 실패.",
+                    f"가장 가능성 높은 원인 ({cause}): {why}", f"볼 곳: {where}"]
+
+
+def warning_lines(warnings: list[dict[str, Any]]) -> list[str]:
+    """The warnings torch gave the reader's own calls (a deprecated function, say): worth fixing, graded or not."""
+    if not warnings:
+        return []
+    return ["torch가 여러분의 코드에 낸 경고 (채점과 별개로 고칠 만한 것):"] + [
+        f"  - {w['where'][0]} {w['where'][1]}행 `{w['where'][2]}`: {w['category']}: {w['message']}" for w in warnings]
 
 
 def report(result: LabResult) -> str:
     """The Korean report: every check, its measured value, and for a failure the cause and where to look."""
     lines = []
     for cls in result.data["classes"]:
-        name, kind = cls["name"], cls["kind"]
-        title = TITLES.get(kind) or ("버킷" if cls["bucketed"] else "파라미터별")
-        head = f"채점: 클래스 {name}({title}) · 랭크 N={result.world_size} ({result.backend})"
-        checks, hints = checks_of(kind), HINTS_OF[kind]
-        lines += [head, "=" * len(head)]
-        cause = diagnosis(result, name)
-        if cause == "runs_without_error":  # 예외가 먼저: 읽는 사람의 파일과 줄이 맨 앞에 온다
-            lines.append(f"예외: {result.checks[f'{name}.runs_without_error'].value}")
-        for check in checks:
-            c = result.checks[f"{name}.{check}"]
-            mark = "해당 없음" if not c.applicable else ("통과" if c.ok else "실패")
-            measured = f" — 측정 {_fmt(c.value)} (기준 {c.criterion()})" if c.applicable else ""
-            lines.append(f"[{mark}] {hints[check][0]} ({check}){measured}")
-            if not c.applicable:
-                lines.append(f"        {c.description}")
-        if cls["diffs"]:
-            d = cls["diffs"]
-            lines.append("파라미터 최대 차이: " + ", ".join(
-                f"{opt.upper()} " + " · ".join(f"vs {ORACLES[k]} {v:.2e}" for k, v in d[opt].items()) for opt in d)
-                + f" (허용 {result.data['tolerance']:g})")
-        if cls.get("calls"):
-            calls = cls["calls"]
-            lines.append(f"랭크 0의 {calls['where']}이 부른 집합 통신: " + (", ".join(
-                f"{op} {count}번" for op, count in sorted(calls["ops"].items())) or "없음") + f", {calls['bytes']:,}바이트")
-        for probe, text in cls["errors"].items():
-            lines.append(f"실행 중 예외 ({probe} 검사): {text}")
-        if cause is None:
-            lines.append(f"결과: 확인 {len(checks)}개 모두 통과했습니다. {PASSED[kind]}")
-        else:
-            why, where = cause_text(cls, cause)
-            lines += [f"결과: 확인 {len(checks)}개 중 {len(failed_checks(result, name))}개 실패.",
-                      f"가장 가능성 높은 원인 ({cause}): {why}", f"볼 곳: {where}"]
-        lines.append("")
-    return "\n".join(lines).rstrip()
+        lines += class_report(result, cls) + [""]
+    return "\n".join(lines + warning_lines(result.data.get("warnings", []))).rstrip()
 
 
 def explain_error(err: LabError, timeout: float) -> str:
     """A launcher error in the reader's words: a deadlock, or an exception outside the probes."""
     if isinstance(err, LabTimeoutError):
-        places = getattr(err, "places", {})
-        where = "".join(f"\n  - 랭크 {r}: " + (f"{places[r]} — " if r in places else "")
+        where = "".join(f"\n  - 랭크 {r}: " + (f"{err.places[r]} — " if r in err.places else "")
                         + err.where.get(r, "위치를 읽지 못함") for r in err.missing_ranks)
         return (f"채점이 제한 시간 {timeout:g}초 안에 끝나지 않아 모든 랭크를 멈췄습니다: 교착(deadlock)으로 보입니다."
                 f"{where}\n한 랭크만 부르는 집합 통신(예: 랭크 0에서만 barrier/all_reduce)이나, 끝나지 않는 반복문이 "
                 "없는지 보세요. 느린 기계라면 --timeout을 늘리세요.")
     if isinstance(err, RankCrashedError):
-        return (f"채점 중 랭크 {err.rank}의 프로세스가 결과를 보내지 않고 끝났습니다(종료 코드 {err.exitcode}). "
+        where = f" 마지막으로 본 곳: {err.places[err.rank]}." if err.rank in err.places else ""
+        return (f"채점 중 랭크 {err.rank}의 프로세스가 결과를 보내지 않고 끝났습니다(종료 코드 {err.exitcode}).{where} "
                 "여러분의 코드에 os._exit()나 프로세스를 끝내는 호출이 없는지, 메모리가 모자라지 않은지 보세요.")
     if isinstance(err, RankFailedError):
         last = err.traceback_text.strip().splitlines()[-1]

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .. import launch
 from ..errors import LabError, LabTimeoutError, RankCrashedError
@@ -25,8 +26,8 @@ from .source import GradeInputError, class_names, default_classes, exit_calls
 DEFAULT_TIMEOUT = 30.0
 
 
-def grade(path: str | Path, classes=None, nproc: int = 2, backend: str = "auto",
-          timeout: float = DEFAULT_TIMEOUT, **params) -> LabResult:
+def grade(path: str | Path, classes: object = None, nproc: int = 2, backend: str = "auto",
+          timeout: float = DEFAULT_TIMEOUT, **params: Any) -> LabResult:
     """Run the checks on ``nproc`` real ranks; raise :class:`GradeInputError` for a bad file or class.
 
     ``classes`` is a name, several names separated by spaces, or a list of names (repeats are dropped).
@@ -34,10 +35,11 @@ def grade(path: str | Path, classes=None, nproc: int = 2, backend: str = "auto",
     with traced(path) as trace_dir:
         # 파일과 클래스는 grade 실습의 validate가 랭크를 띄우기 전에 구문 트리로 한 번 검사한다
         result = launch.run("grade", nproc, backend, timeout, **lab_params(path, classes, trace_dir), **params)
-    return checked(result)
+    checked(result)
+    return result
 
 
-def lab_params(path: str | Path, classes, trace_dir: str) -> dict:
+def lab_params(path: str | Path, classes: object, trace_dir: str) -> dict[str, str]:
     """The ``grade`` lab's file parameters: the absolute path, the classes to grade, the trace folder."""
     names = class_names(classes) or default_classes(path)
     # 랭크는 포크 서버의 작업 폴더에서 시작하므로, 상대 경로는 지금 폴더 기준의 절대 경로로 넘긴다
@@ -66,7 +68,7 @@ def checked(result: LabResult | None) -> LabResult | None:
     return result
 
 
-def _rank_states(trace_dir: str) -> dict[int, dict]:
+def _rank_states(trace_dir: str) -> dict[int, dict[str, Any]]:
     states = {}
     for file in Path(trace_dir).glob("rank*.json"):
         try:
@@ -76,12 +78,12 @@ def _rank_states(trace_dir: str) -> dict[int, dict]:
     return states
 
 
-def _place(frame: list) -> str:
+def _place(frame: list[Any]) -> str:
     file, line, fn, code = frame
     return f"{Path(file).name} {line}행 {fn}()" + (f": {code.strip()}" if code.strip() else "")
 
 
-def _explained(err: LabError, path: str | Path, trace_dir: str) -> LabError:
+def _explained(err: RankCrashedError | LabTimeoutError, path: str | Path, trace_dir: str) -> LabError:
     """A dead or stuck rank in the reader's words: at import it is bad input (exit 2); later, a deadlock
     report that names the reader's own frame first, then the grader's."""
     states = _rank_states(trace_dir)
@@ -101,12 +103,14 @@ def _explained(err: LabError, path: str | Path, trace_dir: str) -> LabError:
         return GradeInputError(f"{name}을(를) 불러오는(import) 동안 제한 시간 {err.timeout:g}초가 지났습니다: 파일 맨 위의 "
                                f"코드가 끝나지 않습니다(무한 루프나 입력 기다리기).{where} 그 코드를 함수 안이나 "
                                "if __name__ == \"__main__\": 아래로 옮기세요.")
-    err.places = {}
+    places = {}
     for r, state in states.items():
         reader = [f for f in state["frames"] if Path(f[0]).resolve() == mine]
         grader = [f for f in state["frames"] if "/labs/" in f[0] and Path(f[0]).resolve() != mine]
         parts = ([f"여러분의 코드 {_place(reader[-1])}"] if reader else []) + \
                 ([f"채점기 {_place(grader[-1])}"] if grader else [])
         if parts:
-            err.places[r] = " ← ".join(parts)
-    return err
+            places[r] = " ← ".join(parts)
+    if isinstance(err, RankCrashedError):
+        return RankCrashedError(err.lab, err.rank, err.exitcode, err.stderr_tail, places)
+    return LabTimeoutError(err.lab, err.timeout, err.missing_ranks, err.where, places)

@@ -7,7 +7,9 @@ class) is checked by the same functions inside each rank (:func:`class_error`).
 
 The class says which interface it is graded against (:func:`kind_of`): ``ShardedOptimizer`` or any
 ``torch.optim.Optimizer`` is a ZeRO-1 optimizer (chapter 13), ``FullyShardedDP`` or a module with
-``gather_full_params`` a small FSDP, anything else a DDP (chapter 9).
+``gather_full_params`` a small FSDP, anything else a DDP (chapter 9). Both paths read a class into one
+:class:`Shape` (what is known of its base, methods and constructor) and judge it by one rule,
+:func:`shape_error`.
 """
 
 from __future__ import annotations
@@ -15,13 +17,24 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
+
+import torch
 
 from ..errors import LabConfigError
 
 REFERENCE = Path(__file__).resolve().parents[1] / "ddp" / "miniddp.py"  # 파일을 주지 않으면 채점하는 참조 구현
 DEFAULT_CLASSES = ("PerParameterDDP", "BucketedDDP")
-KINDS = {"ShardedOptimizer": "zero", "FullyShardedDP": "fsdp"}  # 이 이름의 클래스는 13장의 인터페이스로 채점한다
+KIND_NAMES = {"ShardedOptimizer": "zero", "FullyShardedDP": "fsdp"}  # 이 이름의 클래스는 13장의 인터페이스로 채점한다
+BASES = {"ddp": "torch.nn.Module", "zero": "torch.optim.Optimizer", "fsdp": "torch.nn.Module"}  # 상속해야 할 클래스
+METHODS = {"ddp": ("finish_gradient_synchronization",), "zero": (),  # 있어야 할 메서드
+           "fsdp": ("finish_gradient_synchronization", "gather_full_params")}
+CONSTRUCTORS = {"ddp": "{name}(module) 또는 {name}(module, bucket_cap_mb)여야 합니다",
+                "zero": "{name}(params, optimizer_cls, **kwargs)여야 합니다: 두 번째 인자는 torch.optim.SGD 같은 옵티마이저 "
+                        "클래스이고, lr 등 나머지 인자는 **kwargs로 받아 그 클래스에 넘깁니다",
+                "fsdp": "{name}(module, compute_dtype=None)이어야 합니다"}
 MAX_BYTES = 1 << 20           # 채점할 파일의 최대 크기: 손으로 쓴 DDP는 몇 KiB
 MAX_NAME = 255                # 경로 구성 요소 하나의 최대 길이 (대부분의 파일 시스템)
 EXITS = {"_exit", "exit", "quit", "abort", "kill"}
@@ -31,13 +44,13 @@ class GradeInputError(LabConfigError):
     """The file or class cannot be graded (Korean message, exit 2)."""
 
 
-def class_names(classes) -> list[str]:
+def class_names(classes: object) -> list[str]:
     """``classes`` as a list of names without repeats: a str is one or more names split on spaces."""
     if classes is None:
         return []
     items = classes.split() if isinstance(classes, str) else classes
     try:
-        names = list(items)
+        names = list(items)  # type: ignore[call-overload]  # 목록이 아닌 값은 아래에서 한국어로 거절한다
     except TypeError:
         names = None
     if names is None or not all(isinstance(n, str) and n.isidentifier() for n in names):
@@ -72,9 +85,9 @@ def read_tree(path: str | Path) -> tuple[Path, ast.Module]:
         raise GradeInputError(f"{file.name}을(를) 파이썬 코드로 읽을 수 없습니다: {err}") from None
 
 
-def top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
+def top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
     """Names bound at the top level by ``class``, ``import`` or ``from … import``."""
-    names: dict[str, ast.AST] = {}
+    names: dict[str, ast.stmt] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             names[node.name] = node
@@ -92,43 +105,121 @@ def default_classes(path: str | Path) -> list[str]:
     if not names:
         raise GradeInputError(f"{file.name}에 {' 또는 '.join(DEFAULT_CLASSES)} 클래스가 없습니다. "
                               "채점할 클래스 이름을 --class NAME(파이썬: classes=[...])으로 알려 주세요 "
-                              f"(13장의 클래스는 --class {' 또는 --class '.join(KINDS)}).")
+                              f"(13장의 클래스는 --class {' 또는 --class '.join(KIND_NAMES)}).")
     return names
+
+
+class Signature(NamedTuple):
+    """A constructor's parameters without ``self``: positional names, required names, ``**kwargs``, all names."""
+
+    positional: list[str]
+    required: list[str]
+    kwargs: bool
+    shown: list[str]
+
+    @classmethod
+    def of_node(cls, args: ast.arguments) -> Signature:
+        positional = [a.arg for a in args.posonlyargs + args.args][1:]
+        required = positional[:len(positional) - len(args.defaults)] + \
+            [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+        stars = ([f"*{args.vararg.arg}"] if args.vararg else []) + [a.arg for a in args.kwonlyargs] + \
+            ([f"**{args.kwarg.arg}"] if args.kwarg else [])
+        return cls(positional, required, args.kwarg is not None, positional + stars)
+
+    @classmethod
+    def of_class(cls, target: type) -> Signature:
+        params = list(inspect.signature(target).parameters.values())
+        named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        required = [p.name for p in params if p.default is inspect.Parameter.empty
+                    and p.kind in (*named, inspect.Parameter.KEYWORD_ONLY)]
+        shown = [("*" if p.kind == p.VAR_POSITIONAL else "**" if p.kind == p.VAR_KEYWORD else "") + p.name for p in params]
+        return cls([p.name for p in params if p.kind in named], required, any(p.kind == p.VAR_KEYWORD for p in params),
+                   shown)
+
+
+class Shape(NamedTuple):
+    """What is known of a class: its interface, whether it derives from the interface's base (None: not
+    known), the methods it has (None: not known, inherited from a base the tree does not show) and its
+    constructor (None: not defined in the file)."""
+
+    kind: str
+    based: bool | None
+    methods: set[str] | None
+    init: Signature | None
+
+
+def kind_from(names: Iterable[str], optimizer: bool, gathers: bool) -> str:
+    """The interface: by a known name (the class's or a base's), else an optimizer is ZeRO-1, a module with
+    ``gather_full_params`` an FSDP, anything else a DDP."""
+    known = [KIND_NAMES[n] for n in names if n in KIND_NAMES]
+    return known[0] if known else "zero" if optimizer else "fsdp" if gathers else "ddp"
+
+
+def constructor_ok(kind: str, sig: Signature) -> bool:
+    """``DDP(module[, bucket_cap_mb])``, ``ShardedOptimizer(params, optimizer_cls, **kwargs)`` or
+    ``FullyShardedDP(module, compute_dtype=None)``: nothing else may be required."""
+    if kind == "zero":
+        return len(sig.positional) >= 2 and sig.kwargs and set(sig.required) <= set(sig.positional[:2])
+    if not sig.positional:
+        return False
+    if kind == "fsdp":
+        return set(sig.required) <= {sig.positional[0]} and ("compute_dtype" in sig.positional or sig.kwargs)
+    return set(sig.required) <= {sig.positional[0], "bucket_cap_mb"}
+
+
+def shape_error(name: str, shape: Shape, where: str = "") -> str | None:
+    """Why a class of this shape cannot be graded (Korean, ``where`` before it), or None: the one rule."""
+    base = BASES[shape.kind]
+    if shape.based is False:
+        return f"{where}{name}은(는) {base}을(를) 상속한 클래스여야 합니다 (class {name}({base}): ...)."
+    missing = [m for m in METHODS[shape.kind] if shape.methods is not None and m not in shape.methods]
+    if missing:
+        what = ("FullyShardedDP는 backward() 뒤 finish_gradient_synchronization()으로 그래디언트를 마무리하고, "
+                "gather_full_params()로 {이름: 전체 텐서}를 돌려줍니다." if shape.kind == "fsdp" else
+                "backward() 뒤, optimizer.step() 전에 부를 이 메서드가 그래디언트 평균을 마무리합니다.")
+        return f"{name}에 {', '.join(f'{m}(self)' for m in missing)} 메서드가 없습니다. {what}"
+    if shape.init is not None and not constructor_ok(shape.kind, shape.init):
+        return (f"{name}의 생성자는 {CONSTRUCTORS[shape.kind].format(name=name)}. "
+                f"지금 받는 인자: ({', '.join(shape.init.shown)})")
+    return None
+
+
+def node_shape(node: ast.ClassDef) -> Shape:
+    """A class defined in the file, from its syntax tree: its methods are known when every base is a Module."""
+    bases = [ast.unparse(b).split(".")[-1] for b in node.bases]
+    methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    kind = kind_from([node.name, *bases], "Optimizer" in bases, "gather_full_params" in methods)
+    init = methods.get("__init__")
+    return Shape(kind, False if not node.bases else None, set(methods) if all(b == "Module" for b in bases) else None,
+                 None if init is None else Signature.of_node(init.args))
 
 
 def kind_of(name: str, cls: object = None) -> str:
     """The interface a class is graded against: ``zero``, ``fsdp`` or ``ddp``; by its name, else (inside a
     rank, given the class) by what it is."""
-    if name in KINDS:
-        return KINDS[name]
-    import torch
-
-    if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer):
-        return "zero"
-    return "fsdp" if callable(getattr(cls, "gather_full_params", None)) else "ddp"
+    return kind_from([name], isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer),
+                     callable(getattr(cls, "gather_full_params", None)))
 
 
-def _node_kind(node: ast.ClassDef) -> str:
-    """:func:`kind_of` from the syntax tree: the name, a base's name, or a ``gather_full_params`` method."""
-    bases = [ast.unparse(b).split(".")[-1] for b in node.bases]
-    known = [KINDS[b] for b in [node.name, *bases] if b in KINDS]
-    if known:
-        return known[0]
-    if "Optimizer" in bases:
-        return "zero"
-    methods = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    return "fsdp" if "gather_full_params" in methods else "ddp"
+def class_error(name: str, cls: object) -> str | None:
+    """Inside a rank, once the file is imported: why ``cls`` cannot be graded, or ``None``."""
+    kind = kind_of(name, cls)
+    base = torch.optim.Optimizer if kind == "zero" else torch.nn.Module
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        return shape_error(name, Shape(kind, False, None, None))
+    methods = {m for m in METHODS[kind] if callable(getattr(cls, m, None))}
+    return shape_error(name, Shape(kind, True, methods, Signature.of_class(cls)))
 
 
-def validate_params(params: dict, world_size: int) -> None:
+def validate_params(params: Mapping[str, object], world_size: int) -> None:
     """The ``grade`` lab's ``validate``: the file and classes, checked once before spawning (Korean errors)."""
-    names = params["classes"].split()
+    names = str(params["classes"]).split()
     if len(set(names)) != len(names):
         raise LabConfigError(f"classes에 같은 클래스가 두 번 있습니다: {params['classes']!r}. 한 번씩만 적으세요.")
-    validate_file(params["path"] or REFERENCE, names)
+    validate_file(str(params["path"] or REFERENCE), names)
 
 
-def validate_file(path: str | Path, classes) -> list[str]:
+def validate_file(path: str | Path, classes: Sequence[str] | str | None) -> list[str]:
     """Every check that needs no execution; returns the class names to grade."""
     file, tree = read_tree(path)
     names = class_names(classes) or default_classes(file)
@@ -141,139 +232,18 @@ def validate_file(path: str | Path, classes) -> list[str]:
             hint = f" 혹시 '{close[0]}'인가요?" if close else ""
             raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: "
                                   f"{', '.join(defined) or '(없음)'}")
-        if isinstance(node, ast.ClassDef):
-            _check_class_node(file, node)
+        problem = shape_error(name, node_shape(node), f"{file.name} {node.lineno}행: ") \
+            if isinstance(node, ast.ClassDef) else None
+        if problem is not None:
+            raise GradeInputError(problem)
     return names
-
-
-def _check_class_node(file: Path, node: ast.ClassDef) -> None:
-    name = node.name
-    kind = _node_kind(node)
-    if kind != "ddp":
-        _check_sharded_node(file, node, kind)
-        return
-    if not node.bases:
-        raise GradeInputError(f"{file.name} {node.lineno}행: {name}은(는) torch.nn.Module을 상속한 클래스여야 합니다 "
-                              f"(class {name}(nn.Module): ...).")
-    methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    only_module = all(ast.unparse(b).split(".")[-1] == "Module" for b in node.bases)
-    if "finish_gradient_synchronization" not in methods and only_module:
-        raise GradeInputError(_no_finish(name))
-    init = methods.get("__init__")
-    if init is not None:
-        positional, required, _ = _signature(init.args)
-        shown = [a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs][1:]
-        if not positional or any(r not in (positional[0], "bucket_cap_mb") for r in required):
-            raise GradeInputError(_bad_constructor(name, shown))
-
-
-def _signature(args: ast.arguments) -> tuple[list[str], list[str], bool]:
-    """A constructor's positional parameter names (without ``self``), its required names, and
-    whether it takes ``**kwargs``."""
-    positional = [a.arg for a in args.posonlyargs + args.args][1:]
-    required = positional[:len(positional) - len(args.defaults)] + \
-        [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-    return positional, required, args.kwarg is not None
-
-
-def _check_sharded_node(file: Path, node: ast.ClassDef, kind: str) -> None:
-    """A ``ShardedOptimizer`` or ``FullyShardedDP`` defined in the file: base class, methods, constructor."""
-    name = node.name
-    base = "torch.optim.Optimizer" if kind == "zero" else "torch.nn.Module"
-    if not node.bases:
-        raise GradeInputError(f"{file.name} {node.lineno}행: {name}은(는) {base}을(를) 상속한 클래스여야 합니다 "
-                              f"(class {name}({base}): ...).")
-    methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    if kind == "fsdp" and all(ast.unparse(b).split(".")[-1] == "Module" for b in node.bases):
-        missing = [m for m in FSDP_METHODS if m not in methods]
-        if missing:
-            raise GradeInputError(_no_methods(name, missing))
-    init = methods.get("__init__")
-    if init is not None:
-        positional, required, kwargs = _signature(init.args)
-        shown = [a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs][1:]
-        if not _constructor_ok(kind, positional, required, kwargs):
-            raise GradeInputError(_bad_sharded_constructor(name, kind, shown))
-
-
-FSDP_METHODS = ("finish_gradient_synchronization", "gather_full_params")
-
-
-def _constructor_ok(kind: str, positional: list[str], required: list[str], kwargs: bool) -> bool:
-    """``ShardedOptimizer(params, optimizer_cls, **kwargs)`` or ``FullyShardedDP(module, compute_dtype=None)``."""
-    if kind == "zero":
-        return len(positional) >= 2 and kwargs and set(required) <= set(positional[:2])
-    return len(positional) >= 1 and set(required) <= {positional[0]} and \
-        ("compute_dtype" in positional or kwargs)
-
-
-def _bad_sharded_constructor(name: str, kind: str, shown: list[str]) -> str:
-    wanted = (f"{name}(params, optimizer_cls, **kwargs)여야 합니다: 두 번째 인자는 torch.optim.SGD 같은 옵티마이저 "
-              "클래스이고, lr 등 나머지 인자는 **kwargs로 받아 그 클래스에 넘깁니다" if kind == "zero" else
-              f"{name}(module, compute_dtype=None)이어야 합니다")
-    return f"{name}의 생성자는 {wanted}. 지금 받는 인자: ({', '.join(shown)})"
-
-
-def _no_methods(name: str, missing: list[str]) -> str:
-    return (f"{name}에 {', '.join(f'{m}(self)' for m in missing)} 메서드가 없습니다. FullyShardedDP는 backward() 뒤 "
-            "finish_gradient_synchronization()으로 그래디언트를 마무리하고, gather_full_params()로 "
-            "{이름: 전체 텐서}를 돌려줍니다.")
-
-
-def _no_finish(name: str) -> str:
-    return (f"{name}에 finish_gradient_synchronization(self) 메서드가 없습니다. "
-            "backward() 뒤, optimizer.step() 전에 부를 이 메서드가 그래디언트 평균을 마무리합니다.")
-
-
-def _bad_constructor(name: str, shown: list[str]) -> str:
-    return (f"{name}의 생성자는 {name}(module) 또는 {name}(module, bucket_cap_mb)여야 합니다. "
-            f"지금 받는 인자: ({', '.join(shown)})")
-
-
-def class_error(name: str, cls: object) -> str | None:
-    """Inside a rank, once the file is imported: why ``cls`` cannot be graded, or ``None``."""
-    from torch import nn
-
-    kind = kind_of(name, cls)
-    if kind != "ddp":
-        return _sharded_class_error(name, cls, kind)
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        return f"{name}은(는) torch.nn.Module을 상속한 클래스여야 합니다 (class {name}(nn.Module): ...)."
-    if not callable(getattr(cls, "finish_gradient_synchronization", None)):
-        return _no_finish(name)
-    params = list(inspect.signature(cls).parameters.values())
-    required = [p.name for p in params if p.default is inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD) \
-            or any(r not in (params[0].name, "bucket_cap_mb") for r in required):
-        return _bad_constructor(name, [p.name for p in params])
-    return None
-
-
-def _sharded_class_error(name: str, cls: object, kind: str) -> str | None:
-    import torch
-
-    base = torch.optim.Optimizer if kind == "zero" else torch.nn.Module
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        return f"{name}은(는) {base.__module__}.{base.__name__}을(를) 상속한 클래스여야 합니다."
-    missing = [m for m in FSDP_METHODS if not callable(getattr(cls, m, None))] if kind == "fsdp" else []
-    if missing:
-        return _no_methods(name, missing)
-    params = list(inspect.signature(cls).parameters.values())
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = [p.name for p in params if p.default is inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    kwargs = any(p.kind == p.VAR_KEYWORD for p in params)
-    if not _constructor_ok(kind, positional, required, kwargs):
-        return _bad_sharded_constructor(name, kind, [p.name for p in params])
-    return None
 
 
 def exit_calls(path: str | Path) -> list[int]:
     """Lines of module-level calls that end the process (``os._exit``, ``sys.exit``, ``os.kill`` …)."""
     _, tree = read_tree(path)
     lines = []
-    stack = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    stack: list[ast.AST] = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):

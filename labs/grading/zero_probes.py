@@ -19,15 +19,18 @@ same averaged gradient before ``step()``; the reader's optimizer works on the ch
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from ..tools.comms import CollectiveCounter
 from ..context import RankContext
-from ..tools.models import fingerprint, layer_stack, mse_backward, rank_batch, storage_bytes, wrap_ddp
+from ..tools.comms import CollectiveCounter
+from ..tools.models import fingerprint, mse_backward, rank_batch, storage_bytes, wrap_ddp
 from ..tools.primitives import max_abs_diff
-from .probes import OPTIMIZER_ARGS, ProbeConfig, _data, float_calls
+from .config import OPTIMIZER_ARGS, ProbeConfig
+from .probes import ProbeFn, Record, float_calls, start
 from .reach import reachable
 
 PROBES = ("train", "groups")
@@ -40,7 +43,7 @@ def held_optimizers(root: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
     return [obj for obj in reachable(root) if isinstance(obj, torch.optim.Optimizer)]
 
 
-def _tensors(value) -> list[torch.Tensor]:
+def _tensors(value: Any) -> list[torch.Tensor]:
     if torch.is_tensor(value):
         return [value]
     if isinstance(value, dict):
@@ -58,13 +61,11 @@ def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
     return storage_bytes(t for t in tensors if t.untyped_storage().data_ptr() not in skip)
 
 
-def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
-    torch.manual_seed(cfg.seed)
-    init = layer_stack(cfg.width, cfg.depth)
-    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
+    init, x, y = start(ctx, cfg, cfg.steps)
     names = [name for name, _ in init.named_parameters()]
-    out = {"names": names, "numels": [p.numel() for p in init.parameters()], "runs": {}}
+    out: Record = {"names": names, "numels": [p.numel() for p in init.parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
         model, ref = copy.deepcopy(init), copy.deepcopy(init)
         ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
@@ -102,16 +103,14 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict
     return out
 
 
-def _halves(model: nn.Module) -> tuple[list, list]:
+def _halves(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     params = list(model.parameters())
     return params[:len(params) // 2], params[len(params) // 2:]
 
 
-def probe_groups(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dict:
+def probe_groups(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
-    torch.manual_seed(cfg.seed)
-    init = layer_stack(cfg.width, cfg.depth)
-    x, y = _data(cfg.width, cfg.steps * n * per_rank, cfg.seed, ctx.device)
+    init, x, y = start(ctx, cfg, cfg.steps)
     model, ref = copy.deepcopy(init), copy.deepcopy(init)
     ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
     opt_cls, kwargs = OPTIMIZER_ARGS["sgd"]
@@ -129,4 +128,4 @@ def probe_groups(ctx: RankContext, cls: type, cfg: ProbeConfig, original) -> dic
             "diffs": [max_abs_diff(early, ref_early), max_abs_diff(later, ref_later)]}
 
 
-PROBE_FNS = {"train": probe_train, "groups": probe_groups}
+PROBE_FNS: dict[str, ProbeFn] = {"train": probe_train, "groups": probe_groups}

@@ -17,15 +17,14 @@ from typing import Any, TypedDict
 
 import torch
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp.accumulation import accumulate
-from ..tools.models import (flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp,
-                      wrap_ddp)
 from ..params import Float, Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
+from ..tools.comms import CollectiveCounter
+from ..tools.models import flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.primitives import max_abs_diff
 
 VARIANTS = ("sync_every", "no_sync", "big_batch")
 
@@ -61,19 +60,20 @@ def rank_fn(ctx: RankContext, micro_steps: int, micro_batch: int, lr: float, see
     x, y = synthetic_regression(ctx.world_size * micro_steps * micro_batch, seed=seed)
     micro_batches = [tuple(t.to(ctx.device) for t in rank_batch(x, y, ctx.rank, ctx.world_size, micro_batch, step))
                      for step in range(micro_steps)]
-    return {**ctx.describe(), **{v: run_variant(ctx, v, micro_batches, lr, seed) for v in VARIANTS}}
+    sync_every, no_sync, big_batch = (run_variant(ctx, v, micro_batches, lr, seed) for v in VARIANTS)
+    return {**ctx.describe(), "sync_every": sync_every, "no_sync": no_sync, "big_batch": big_batch}
 
 
 class AccumulationData(TypedDict):
     """The summary data of the 'accumulation' lab."""
 
-    counts: dict[str, int]
+    counts: dict[str, int | list[int]]  # 랭크마다 같으면 그 수 하나, 아니면 랭크들의 값
     max_diff_vs_big: dict[str, float]
     tolerance: float
     global_batch: int
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[AccumulationRecord], backend: str, params: dict[str, Any]) -> Summary[AccumulationData]:
     n, k = len(ranks), params["micro_steps"]
     tol = 1e-6
     counts = {v: sorted({r[v]["all_reduce"] for r in ranks}) for v in VARIANTS}
@@ -96,7 +96,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         local = {tuple(r["no_sync"]["grad_before_last"]) for r in ranks}
         checks.append(check_equal("grads_local_inside_no_sync", len(local), n,
                                   "no_sync() 안에서 누적한 그래디언트는 랭크마다 다르다: 아직 동기화하지 않았다(서로 다른 벡터 수)"))
-    data = {"counts": {v: c[0] if len(c) == 1 else c for v, c in counts.items()}, "max_diff_vs_big": vs_big,
+    data: AccumulationData = {"counts": {v: c[0] if len(c) == 1 else c for v, c in counts.items()}, "max_diff_vs_big": vs_big,
             "tolerance": tol, "global_batch": n * k * params["micro_batch"]}
     return Summary(data, checks)
 

@@ -15,21 +15,21 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import torch
 import torch.distributed as dist
 
-from ..tools.comms import written_bytes
 from ..context import Described, RankContext
-from ..tools.primitives import max_abs_diff, sync
-from ..tools.models import fingerprint_tensors
-from ..params import Int, seed
-from ..registry import Lab
-from ..result import Summary, check_close, check_equal
 from ..ddp.allreduce import library_all_reduce_, naive_all_reduce_
 from ..ddp.gradients import gradient_mean_vs_global
 from ..ddp.ring import P2P, ring_all_reduce_
+from ..params import Int, seed
+from ..registry import Lab
+from ..result import RankRecords, Summary, check_close, check_equal
+from ..tools.comms import written_bytes
+from ..tools.models import fingerprint_tensors
+from ..tools.primitives import max_abs_diff, sync
 
 IMPLEMENTATIONS = ("library", "naive", "ring")
 RELATIVE_TOLERANCE = 1e-5  # float32 sums of N values in a different order agree to ~N·2⁻²⁴ relative
@@ -60,7 +60,7 @@ def contributors(value: float, element: int, world_size: int) -> list[int]:
 
 
 # 세 가지 All-Reduce: 모두 합을 구한다(평균은 호출한 쪽에서 N으로 나눈다)
-ALL_REDUCE = {"library": library_all_reduce_, "naive": naive_all_reduce_, "ring": ring_all_reduce_}
+ALL_REDUCE = {"library": lambda buf, p2p: library_all_reduce_(buf), "naive": naive_all_reduce_, "ring": ring_all_reduce_}
 
 
 # --- 측정 ----------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def rank_fn(ctx: RankContext, numel: int, repeats: int, seed: int, demo_per_chun
     runs = {name: _measure(name, x, repeats, ctx.device) for name in IMPLEMENTATIONS}
     library = runs["library"]["mean"]
     sample_at = torch.linspace(0, numel - 1, steps=min(numel, 257)).round().long().unique()
-    record = {**ctx.describe(), "numel": numel, "bytes_per_element": x.element_size(),
+    record: dict[str, Any] = {**ctx.describe(), "numel": numel, "bytes_per_element": x.element_size(),
               "sample_index": sample_at.tolist()}
     for name, run in runs.items():
         mean = run.pop("mean")
@@ -136,7 +136,7 @@ def rank_fn(ctx: RankContext, numel: int, repeats: int, seed: int, demo_per_chun
         }
     record.update(_ring_demo(ctx.world_size, demo_per_chunk, ctx.device))
     record.update(gradient_mean_vs_global(ctx, per_rank_batch, seed))
-    return record
+    return cast(AllreduceRecord, record)
 
 
 # --- 이론값과 요약 ------------------------------------------------------------------------------
@@ -161,7 +161,10 @@ def ring_theory_bytes(numel: int, world_size: int, bytes_per_element: int) -> fl
 
 def expected_mean(world_size: int, numel: int, seed: int) -> torch.Tensor:
     """The exact mean (float64) of every rank's known input."""
-    return sum(make_input(r, numel, seed).double() for r in range(world_size)) / world_size
+    total = torch.zeros(numel, dtype=torch.float64)
+    for r in range(world_size):  # 0 + x_0 + x_1 + …: the order Python's sum() adds in
+        total += make_input(r, numel, seed).double()
+    return total / world_size
 
 
 class AllreduceData(TypedDict):
@@ -177,7 +180,7 @@ class AllreduceData(TypedDict):
     demo: dict[str, Any]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[AllreduceRecord], backend: str, params: dict[str, Any]) -> Summary[AllreduceData]:
     n, numel = len(ranks), params["numel"]
     esize = ranks[0]["bytes_per_element"]
     expected = expected_mean(n, numel, params["seed"])
@@ -188,7 +191,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
               *_byte_checks(ranks, numel, esize), *demo["checks"], *_gradient_checks(ranks)]
     if backend == "gloo" and all(r[name]["os_written"] is not None for r in ranks for name in IMPLEMENTATIONS):
         checks += _os_counter_checks(ranks, ring_theory)
-    data = {
+    data: AllreduceData = {
         "per_rank_batch": params["per_rank_batch"],
         "size_bytes": numel * esize,
         "chunk_sizes": chunk_sizes(numel, n),
@@ -201,7 +204,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     return Summary(data, checks)
 
 
-def _max_error(ranks: list[dict], name: str, expected: torch.Tensor) -> float:
+def _max_error(ranks: RankRecords, name: str, expected: torch.Tensor) -> float:
     """Largest error of implementation ``name`` against the exact mean: sampled elements and the sum."""
     idx = torch.tensor(ranks[0]["sample_index"])
     worst = 0.0
@@ -212,7 +215,7 @@ def _max_error(ranks: list[dict], name: str, expected: torch.Tensor) -> float:
     return worst
 
 
-def _result_checks(ranks: list[dict], max_error: dict, tol: float) -> list:
+def _result_checks(ranks: RankRecords, max_error: dict, tol: float) -> list:
     disagreement = max(r[name]["max_diff_vs_library"] for r in ranks for name in ("naive", "ring"))
     distinct = sum(len({r[name]["digest"] for r in ranks}) for name in IMPLEMENTATIONS)
     return [
@@ -226,7 +229,7 @@ def _result_checks(ranks: list[dict], max_error: dict, tol: float) -> list:
     ]
 
 
-def _byte_checks(ranks: list[dict], numel: int, esize: int) -> list:
+def _byte_checks(ranks: RankRecords, numel: int, esize: int) -> list:
     n, size = len(ranks), numel * esize
     ring_sent = [r["ring"]["sent"] for r in ranks]
     theory = ring_theory_bytes(numel, n, esize)
@@ -244,14 +247,14 @@ def _byte_checks(ranks: list[dict], numel: int, esize: int) -> list:
     ]
 
 
-def _gradient_checks(ranks: list[dict]) -> list:
+def _gradient_checks(ranks: RankRecords) -> list:
     return [
         check_close("mean_equals_global_gradient", max(r["grad_mean_vs_global"] for r in ranks), 0.0, 1e-6,
                     "N개 그래디언트의 평균 (1/N)Σg_i가 전역 배치 B개 전체의 평균 손실의 그래디언트와 같다(최대 절대 차이)"),
     ]
 
 
-def _os_counter_checks(ranks: list[dict], ring_theory: float) -> list:
+def _os_counter_checks(ranks: RankRecords, ring_theory: float) -> list:
     """gloo sends through TCP sockets, so the kernel's count of written bytes sees its traffic."""
     def slack(nbytes: float) -> float:  # 메시지 헤더 몫: 1% + 16 KiB
         return 0.01 * nbytes + 16384
@@ -267,10 +270,10 @@ def _os_counter_checks(ranks: list[dict], ring_theory: float) -> list:
     ]
 
 
-def _demo_summary(ranks: list[dict], per_chunk: int) -> dict:
+def _demo_summary(ranks: RankRecords, per_chunk: int) -> dict:
     """Checks on the recorded ring steps: contributions grow by one per reduce-scatter step."""
     n = len(ranks)
-    expected = sum(demo_input(r, n, per_chunk) for r in range(n)).tolist()
+    expected = [sum(values) for values in zip(*(demo_input(r, n, per_chunk).tolist() for r in range(n)))]
     final_bad = sum(1 for r in ranks for a, b in zip(r["demo_states"][-1]["values"], expected) if a != b)
     wrong_growth = 0
     for r in ranks:

@@ -1,21 +1,30 @@
 """Chapter 7 lab: mixed precision, ``GradScaler``, gradient clipping and a compression hook under DDP.
 
-Four things a training loop adds around DDP's backward, each measured on real ranks:
+Five things a training loop adds around DDP's backward, each measured on real ranks:
 
 * ``scaler``: K micro-steps (``no_sync()`` before the last) under ``torch.autocast`` (bfloat16) with
   a ``GradScaler``. The model output is bfloat16, but the gradients DDP all-reduces have the
   parameters' dtype (float32): the profiler records the dtype of every All-Reduce. In one chosen
   step the last rank's local loss is multiplied by inf; the All-Reduce spreads it, so every rank's
   scaler skips that optimizer step and halves its scale, and the replicas stay identical.
+  ``GradScaler`` is meant for float16; bfloat16 training normally runs without one (bfloat16 has
+  float32's exponent range). The lab pairs it with bfloat16 only to show the skip-and-back-off mechanics.
 * ``clip``: ``clip_grad_norm_`` after the synchronized backward sees the averaged gradient, so its
   total norm is the same on every rank and equals one process's on the global batch; it issues no
-  collective. Clipped once after accumulation it matches one process; clipped at every micro-step
-  (the wrong place) it clips each rank's local partial sums and the update differs.
+  collective (DDP: every rank holds the whole averaged gradient). Clipped once after accumulation it
+  matches one process; clipped at every micro-step (the wrong place) it clips each rank's local
+  partial sums and the update differs.
+* ``unscale``: with a ``GradScaler`` (default scale 65536, float32 model) the step of
+  :func:`labs.ddp.amp.clipped_scaled_step` (scale → backward → ``unscale_`` → clip → step → update)
+  equals one float32 process's clipped step; clipping before ``unscale_`` clips the scaled gradients,
+  and the update shrinks by the scale.
 * ``hook``: ``fp16_compress_hook`` halves the bytes a rank writes for the gradient All-Reduce
-  (``/proc/self/io`` wchar, counted by the kernel) at a small parameter drift.
+  (``/proc/self/io`` wchar, counted by the kernel) at a small parameter drift. It casts the bucket to
+  float16 before dividing by N, so a gradient above float16's largest value (65504) arrives as inf.
 
 ``mistake="scaler_step_in_no_sync"`` calls ``scaler.step``/``update`` after every micro-step inside
 ``no_sync()``: each rank then steps on its own local gradient and backs off on its own inf.
+``mistake="clip_before_unscale"`` clips before ``scaler.unscale_`` in the ``unscale`` part.
 """
 
 from __future__ import annotations
@@ -28,16 +37,26 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn import functional as F
 
-from ..tools.comms import CollectiveCounter, written_bytes
 from ..context import Described, RankContext
-from ..tools.models import (fingerprint, flat_gradients, flat_parameters, layer_stack, mse_backward, rank_batch,
-                      synthetic_regression, tiny_mlp, wrap_ddp)
+from ..ddp.amp import clipped_scaled_step
 from ..params import Choice, Float, Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_at_most, check_close, check_equal, not_applicable
+from ..tools.comms import CollectiveCounter, written_bytes
+from ..tools.models import (
+    fingerprint,
+    flat_gradients,
+    flat_parameters,
+    layer_stack,
+    mse_backward,
+    rank_batch,
+    synthetic_regression,
+    tiny_mlp,
+    wrap_ddp,
+)
+from ..tools.primitives import max_abs_diff
 
-MISTAKES = ("none", "scaler_step_in_no_sync")
+MISTAKES = ("none", "scaler_step_in_no_sync", "clip_before_unscale")
 INIT_SCALE = 1024.0  # GradScaler의 시작 배율: inf를 만나면 backoff_factor(0.5)배가 된다
 # 통신 훅 비교용 모델: Linear(256, 256) 한 층 = 65,792개(float32로 약 257 KiB). 메시지가 이만큼 크면
 # gloo가 덧붙이는 머리글이 무시할 만해서 보낸 바이트의 비율은 dtype 크기의 비율과 같다. ReLU가 없는 한 층이라
@@ -50,13 +69,17 @@ WRONG_CLIP_MIN = 0.01  # 잘못된 자리에서 자르면 업데이트가 한 �
 FP16_BYTES = (0.45, 0.55)  # fp16 훅 / 기본 훅의 보낸 바이트 비율(float16은 float32의 절반)
 FP16_DRIFT_MAX = 0.01  # fp16 훅의 파라미터 차이 / 전체 이동량
 SCALER_CHECKS = ("inf_step_skipped_on_every_rank", "scale_backed_off_on_every_rank", "scaler_replicas_identical")
+UNSCALE_CHECKS = ("unscaled_clip_norm_matches_single", "unscaled_clip_step_matches_single")
+FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504: float16이 나타내는 가장 큰 수
+OVERFLOW_GRAD = 4 * FP16_MAX  # 이 크기의 그래디언트는 float16으로 바꾸는 순간 inf (N으로 나누기 전에 바꾼다)
 
 
 def bf16_hook_outcome(ctx: RankContext, module: torch.nn.Module) -> str:
-    """What registering ``bf16_compress_hook`` does on this backend, as text.
+    """What registering ``bf16_compress_hook`` does in this build, as text.
 
-    torch 2.13에서 ``bf16_compress_hook``은 CUDA 11+와 NCCL 2.10+(또는 XPU와 XCCL)가 필요하다:
-    gloo에서는 ``register_comm_hook``이 바로 TypeError를 낸다(훅을 부르기 전, 통신 없이).
+    torch 2.13의 ``DDP._check_comm_hook``(``torch/nn/parallel/distributed.py``)은 백엔드가 아니라 빌드를 본다:
+    CUDA(또는 HIP) 빌드이고 NCCL 2.10+이거나, XPU와 XCCL이 있어야 한다. CPU 전용 빌드(torch 2.13+cpu)에서는
+    그룹이 gloo든 무엇이든 ``register_comm_hook``이 바로 TypeError를 낸다(훅을 부르기 전, 통신 없이).
     """
     ddp = wrap_ddp(module, ctx.device)
     try:
@@ -115,7 +138,7 @@ def clipped_single(micro_batches: list, ratio: float, lr: float, seed: int) -> d
     model = tiny_mlp().to(micro_batches[0][0].device)
     init = flat_parameters(model)
     mse_backward(model, torch.cat([x for x, _ in micro_batches]), torch.cat([y for _, y in micro_batches]))
-    max_norm = ratio * float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
+    max_norm = ratio * float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
     norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
     torch.optim.SGD(model.parameters(), lr=lr).step()
     return {"init": init.tolist(), "params": flat_parameters(model).tolist(), "norm": norm, "max_norm": max_norm}
@@ -142,6 +165,44 @@ def clipped_ddp(ctx: RankContext, micro_batches: list, max_norm: float, lr: floa
     optimizer.step()
     return {"norm": norm, "local_norms": local_norms, "clip_collectives": counter.total,
             "params": flat_parameters(model).tolist()}
+
+
+# ----------------------------------------------------------------------------- GradScaler and clipping
+
+def scaled_clip_ddp(ctx: RankContext, micro_batches: list, max_norm: float, lr: float, seed: int,
+                    before_unscale: bool) -> dict:
+    """One DDP step of the float32 MLP with the default ``GradScaler`` and clipping. ``before_unscale`` clips the
+    still-scaled gradients (the wrong order) instead of :func:`clipped_scaled_step`."""
+    torch.manual_seed(seed)
+    model = tiny_mlp()
+    ddp = wrap_ddp(model, ctx.device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler(ctx.device.type)  # 기본 배율 2**16 = 65536
+    scale = scaler.get_scale()
+    x, y = micro_batches[0]
+    loss = F.mse_loss(ddp(x), y)
+    if before_unscale:
+        scaler.scale(loss).backward()
+        # 잘못된 순서: .grad는 아직 배율 × 그래디언트다. 노름도 배율배라 거의 모든 스텝이 잘린다
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+        scaler.step(optimizer)  # 여기서야 배율로 나눈다: 이미 max_norm으로 자른 것을 다시 65536으로 나눈다
+        scaler.update()
+    else:
+        norm = clipped_scaled_step(ddp, optimizer, scaler, loss, max_norm)
+    return {"norm": norm, "scale": scale, "params": flat_parameters(model).tolist()}
+
+
+def fp16_overflow_run(ctx: RankContext, hook: str, seed: int) -> bool:
+    """One backward of a Linear(1, 1) whose weight gradient is OVERFLOW_GRAD on every rank; are the averaged
+    gradients finite? (``fp16_compress_hook`` casts to float16 before it divides by N.)"""
+    torch.manual_seed(seed)
+    layer = torch.nn.Linear(1, 1)
+    ddp = wrap_ddp(layer, ctx.device)
+    if hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    x = torch.ones(1, 1, device=ctx.device)
+    (ddp(x) * OVERFLOW_GRAD).sum().backward()  # 가중치와 편향의 그래디언트 = OVERFLOW_GRAD (float32에서는 멀쩡하다)
+    return bool(torch.isfinite(flat_gradients(layer)).all())
 
 
 # ----------------------------------------------------------------------------- communication hook
@@ -174,6 +235,7 @@ class AmpClipRecord(Described):
     scaler: dict[str, Any]
     clip: dict[str, dict[str, Any]]
     accumulated: dict[str, dict[str, Any]]
+    unscale: dict[str, dict[str, Any]]
     hooks: dict[str, Any]
 
 
@@ -198,11 +260,16 @@ def rank_fn(ctx: RankContext, lr: float, micro_steps: int, micro_batch: int, cli
                    "right": clipped_ddp(ctx, own, single_acc["max_norm"], lr, seed, every_micro=False),
                    "wrong": clipped_ddp(ctx, own, single_acc["max_norm"], lr, seed, every_micro=True)}
 
+    max_norm = single_one["max_norm"]
+    unscale = {"right": scaled_clip_ddp(ctx, own[:1], max_norm, lr, seed, before_unscale=mistake == "clip_before_unscale"),
+               "wrong": scaled_clip_ddp(ctx, own[:1], max_norm, lr, seed, before_unscale=True)}
+
     hooks = {h: hook_run(ctx, h, b, lr, seed) for h in HOOKS}
     drift = max_abs_diff(hooks["fp16"].pop("params"), hooks["default"].pop("params"))
     bf16 = bf16_hook_outcome(ctx, tiny_mlp())
-    return {**ctx.describe(), "scaler": scaler, "clip": clip, "accumulated": accumulated,
-            "hooks": {**hooks, "drift": drift, "bf16": bf16}}
+    finite = {h: fp16_overflow_run(ctx, h, seed) for h in HOOKS}
+    return {**ctx.describe(), "scaler": scaler, "clip": clip, "accumulated": accumulated, "unscale": unscale,
+            "hooks": {**hooks, "drift": drift, "bf16": bf16, "overflow_finite": finite}}
 
 
 class AmpClipData(TypedDict):
@@ -213,12 +280,13 @@ class AmpClipData(TypedDict):
     clip_norms: dict[str, Any]
     local_norms: list[list[float]]
     wrong_clip_error: float
+    unscale: dict[str, float]
     bytes_written: dict[str, list[int]]
     fp16_drift: float
     bf16_hook: str
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[AmpClipRecord], backend: str, params: dict[str, Any]) -> Summary[AmpClipData]:
     n, inf_step = len(ranks), params["inf_step"]
     last = ranks[-1]
     inf_steps = [r["scaler"]["steps"][inf_step] for r in ranks]
@@ -233,6 +301,12 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                       for r in ranks) / movement
     hooks = [r["hooks"] for r in ranks]
     drift = max(h["drift"] / h["default"]["moved"] for h in hooks)
+    single_norm, single_moved = clip["single"]["norm"], max_abs_diff(clip["single"]["params"], clip["single"]["init"])
+    unscaled = [r["unscale"] for r in ranks]
+    unscaled_norm_error = max(abs(u["right"]["norm"] - single_norm) for u in unscaled) / single_norm
+    unscaled_diff = max(max_abs_diff(u["right"]["params"], clip["single"]["params"]) for u in unscaled)
+    before_error = max(max_abs_diff(u["wrong"]["params"], clip["single"]["params"]) for u in unscaled) / single_moved
+    before_moved = max(max_abs_diff(u["wrong"]["params"], clip["single"]["init"]) for u in unscaled)
     checks = [
         check_equal("autocast_output_bf16", sorted({r["scaler"]["output_dtype"] for r in ranks}), ["bfloat16"],
                     "autocast(bfloat16) 안에서 모델 출력은 bfloat16이다(모든 랭크의 출력 dtype)"),
@@ -258,6 +332,19 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         check_at_least("clip_every_micro_step_differs", wrong_error, WRONG_CLIP_MIN,
                        "마이크로 스텝마다 자르면(잘못된 자리) 업데이트가 한 프로세스와 다르다"
                        "(최대 절대 차이 / 한 프로세스의 파라미터 이동량)"),
+        check_close("unscaled_clip_norm_matches_single", unscaled_norm_error, 0.0, NORM_RTOL,
+                    "GradScaler와 함께: scaler.unscale_(optimizer) 뒤에 자르면 clip_grad_norm_이 본 노름이 float32 한 "
+                    "프로세스의 노름과 같다(상대 차이)"),
+        check_close("unscaled_clip_step_matches_single", unscaled_diff, 0.0, PARAM_TOL,
+                    "scale → backward → unscale_ → clip → step → update 순서의 스텝 뒤 파라미터가 float32 한 프로세스의 "
+                    "자른 스텝과 같다(최대 절대 차이)"),
+        check_at_least("clip_before_unscale_differs", before_error, WRONG_CLIP_MIN,
+                       "unscale_ 전에 자르면(배율을 곱한 그래디언트를 자르면) 업데이트가 한 프로세스와 다르다"
+                       "(최대 절대 차이 / 한 프로세스의 파라미터 이동량)"),
+        check_equal("fp16_hook_overflows", sorted({(h["overflow_finite"]["default"], h["overflow_finite"]["fp16"])
+                                                   for h in hooks}), [(True, False)],
+                    f"그래디언트가 {OVERFLOW_GRAD:g}(float16의 최댓값 {FP16_MAX:g}보다 크다)이면 기본 훅의 평균은 유한하고 "
+                    "fp16_compress_hook의 평균은 inf다: N으로 나누기 전에 float16으로 바꾼다(모든 랭크의 (기본 훅, fp16 훅) 유한 여부)"),
         check_at_most("fp16_hook_drift_small", drift, FP16_DRIFT_MAX,
                       f"fp16_compress_hook으로 {HOOK_STEPS}스텝 학습한 파라미터가 기본 훅과 거의 같다"
                       "(최대 절대 차이 / 기본 훅의 파라미터 이동량)"),
@@ -284,13 +371,15 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                         centre, half, "fp16_compress_hook이면 랭크가 쓴 바이트가 기본 훅의 절반이다"
                         "(/proc/self/io wchar 비율, 모든 랭크 중 가장 먼 값)"),
         ]
-    data = {
+    data: AmpClipData = {
         "scale_trace": [[s["scale"] for s in r["scaler"]["steps"]] for r in ranks],
         "grads_finite": [[s["grads_finite"] for s in r["scaler"]["steps"]] for r in ranks],
         "clip_norms": {"single": clip["single"]["norm"], "max_norm": clip["single"]["max_norm"],
                        "ranks": [r["clip"]["ddp"]["norm"] for r in ranks]},
         "local_norms": [r["accumulated"]["wrong"]["local_norms"] for r in ranks],
         "wrong_clip_error": wrong_error,
+        "unscale": {"scale": unscaled[0]["wrong"]["scale"], "norm": single_norm, "scaled_norm": unscaled[0]["wrong"]["norm"],
+                    "error": before_error, "update_ratio": before_moved / single_moved},
         "bytes_written": {h: [r["hooks"][h]["wrote"] for r in ranks] for h in HOOKS},
         "fp16_drift": drift,
         "bf16_hook": last["hooks"]["bf16"],
@@ -301,7 +390,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
 LAB = Lab(
     name="amp_clip",
     description="autocast·GradScaler·그래디언트 자르기·fp16 통신 훅을 DDP와 함께 쓸 때 통신되는 dtype, 모든 랭크가 함께 "
-                "건너뛰는 inf 스텝, 자르는 자리, 보낸 바이트를 확인",
+                "건너뛰는 inf 스텝, 자르는 자리와 unscale_ 순서, 보낸 바이트를 확인",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=2,
@@ -312,7 +401,8 @@ LAB = Lab(
             "clip_ratio": Float(0.2, min=0.05, max=0.3, help="max_norm = 이 비율 × 한 프로세스의 그래디언트 노름"),
             "inf_step": Int(1, min=0, max=3, help="마지막 랭크의 손실에 inf를 넣을 옵티마이저 스텝 번호"),
             "mistake": Choice("none", MISTAKES, help="scaler_step_in_no_sync: no_sync 안의 마이크로 스텝마다 "
-                              "scaler.step/update를 부르는 잘못된 순서"),
+                              "scaler.step/update를 부르는 잘못된 순서; clip_before_unscale: scaler.unscale_ 전에 자르는 "
+                              "잘못된 순서"),
             "seed": seed()},
     record=AmpClipRecord,
     data=AmpClipData,

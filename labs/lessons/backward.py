@@ -17,14 +17,14 @@ from typing import Any, TypedDict
 
 import torch
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp.gradients import ddp_gradient, local_gradient
-from ..tools.models import count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
-from ..tools.primitives import make_optimizer, max_abs_diff
 from ..registry import Lab
-from ..result import Check, Summary, check_at_least, check_close, check_equal
+from ..result import Check, RankRecords, Summary, check_at_least, check_close, check_equal
+from ..tools.comms import CollectiveCounter
+from ..tools.models import count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.primitives import make_optimizer, max_abs_diff
 
 
 class BackwardRecord(Described):
@@ -50,7 +50,7 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_se
     local, local_comm = local_gradient(ddp, x, y)
     synced, loss, backward_comm, seen_in_backward = ddp_gradient(ddp, x, y, watched)
 
-    # 3) 옵티마이저 스텝: w ← w − η g (통신 없음)
+    # 옵티마이저 스텝: w ← w − η g (통신 없음)
     optimizer = make_optimizer("sgd", ddp.parameters(), lr=lr, momentum=0.0)
     with CollectiveCounter() as step_comm:
         optimizer.step()
@@ -70,17 +70,17 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, lr: float, seed: int, data_se
     }
 
 
-def _vectors(ranks: list[dict], key: str) -> torch.Tensor:
+def _vectors(ranks: RankRecords, key: str) -> torch.Tensor:
     return torch.tensor([r[key] for r in ranks], dtype=torch.float64)
 
 
-def gradient_summary(ranks: list[dict]) -> dict:
+def gradient_summary(ranks: RankRecords) -> dict:
     """Local gradients, their mean and sum, and the DDP gradients, as rows of one tensor each."""
     local, synced = _vectors(ranks, "local_grad"), _vectors(ranks, "ddp_grad")
     return {"local": local, "mean": local.mean(dim=0), "sum": local.sum(dim=0), "ddp": synced}
 
 
-def _comm_checks(ranks: list[dict]) -> list[Check]:
+def _comm_checks(ranks: RankRecords) -> list[Check]:
     def total(phase: str) -> int:
         return sum(sum(r["comm"][phase].values()) for r in ranks)
 
@@ -111,7 +111,7 @@ class BackwardData(TypedDict):
     backward_items: list[dict[str, Any]]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[BackwardRecord], backend: str, params: dict[str, Any]) -> Summary[BackwardData]:
     n = len(ranks)
     g = gradient_summary(ranks)
     watched = ranks[0]["watched_numel"]
@@ -128,7 +128,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                     "DDP 그래디언트 = 로컬 그래디언트의 평균 (1/N) Σ g_i (float32 계산, 최대 절대 차이)"),
         *_comm_checks(ranks),
     ]
-    data = {
+    data: BackwardData = {
         "n_params": ranks[0]["n_params"],
         "local_norms": g["local"].norm(dim=1).tolist(),
         "ddp_norms": g["ddp"].norm(dim=1).tolist(),

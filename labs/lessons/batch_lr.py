@@ -11,15 +11,15 @@ three regimes on every rank under DDP (K = 1, no accumulation):
 Rank 0 also trains the reference, one process without DDP on batch B with η, without waiting
 for the others. Everything trains in float64: over 180 float32 steps the different order in which
 DDP sums the gradients can grow past float32's tolerance (lr=0.035: 8e-5 after 3 epochs, 3e-4
-after 12, against 1e-5), which would hide the claim "same training" behind chapter 5's rounding. With ``grad_reduce="sum"`` a DDP communication hook sums the gradients instead of
-averaging them: the broken variant the checks must catch.
+after 12, against 1e-5), which would hide the claim "same training" behind chapter 5's rounding.
+With ``grad_reduce="sum"`` a DDP communication hook sums the gradients instead of averaging them: the broken variant the checks must catch.
 """
 
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import torch
 import torch.distributed as dist
@@ -27,13 +27,13 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from ..context import Described, RankContext
+from ..ddp.train_script import TrainConfig, load_digits_split, make_ddp_model, make_loader, make_model, train_one_epoch
 from ..errors import LabConfigError
-from ..tools.models import flat_parameters
 from ..params import Choice, Float, Int, seed
-from ..tools.primitives import make_optimizer, max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_close, check_equal, not_applicable
-from ..ddp.train_script import TrainConfig, load_digits_split, make_ddp_model, make_loader, make_model, train_one_epoch
+from ..tools.models import flat_parameters
+from ..tools.primitives import make_optimizer, max_abs_diff
 
 REGIMES = ("fixed_global", "fixed_per_rank", "linear_scaled")
 GRAD_REDUCE = ("mean", "sum")
@@ -121,14 +121,14 @@ def rank_fn(ctx: RankContext, global_batch: int, lr: float, epochs: int, warmup_
     # 스텝마다 스레드끼리 기다리느라 몇 배 느려진다(이 빌드 기계에서 잰 것)
     torch.set_num_threads(1)
     with float64_training():
-        return _train_all(ctx, global_batch, lr, epochs, warmup_epochs, seed, grad_reduce)
+        return cast(BatchLRRecord, _train_all(ctx, global_batch, lr, epochs, warmup_epochs, seed, grad_reduce))
 
 
 def _train_all(ctx: RankContext, global_batch: int, lr: float, epochs: int, warmup_epochs: int, seed: int,
                grad_reduce: str) -> dict:
     x, y = load_digits_split()[0].tensors
     train_set = TensorDataset(x.double(), y)
-    single = None
+    single: dict[str, Any] | None = None
     if ctx.rank == 0:  # 기준: DDP 없이 한 프로세스, 배치 B, η (다른 랭크를 기다리지 않는다)
         cfg = TrainConfig(epochs=epochs, global_batch=global_batch, lr=lr, seed=seed)
         model = make_model(cfg, ctx.device)
@@ -158,9 +158,10 @@ class BatchLRData(TypedDict):
     tolerance: float
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[BatchLRRecord], backend: str, params: dict[str, Any]) -> Summary[BatchLRData]:
     n = len(ranks)
     single, regimes = ranks[0]["single"], ranks[0]["regimes"]
+    assert single is not None, "rank 0 trains the one-process reference"
     reference = torch.tensor(single["params"], dtype=torch.float64)
     tolerance = float64_tolerance(reference)
     diff = max_abs_diff(regimes["fixed_global"]["params"], single["params"])
@@ -188,7 +189,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
             check_close("linear_scaled_loss_close", ratios["linear_scaled"], 1.0, SCALED_TOLERANCE,
                         f"η를 {n}배로 키우고 워밍업하면 같은 에폭 뒤 손실이 한 프로세스와 비슷하다(손실 비율)"),
         ]
-    data = {
+    data: BatchLRData = {
         "single": {k: single[k] for k in ("curve", "steps_per_epoch")},
         "regimes": {g: {k: regimes[g][k] for k in ("curve", "steps_per_epoch", "lrs", "global_batch",
                                                     "per_rank_batch", "peak_lr")} for g in REGIMES},
@@ -215,13 +216,14 @@ def validate(params: dict, world_size: int) -> None:
 
 LAB = Lab(
     name="batch_lr",
-    description="전역 배치 B = b·N을 고정하면 η 그대로 한 프로세스와 같고, b를 고정하면 η를 N배(워밍업)로 키워야 하는지 6장의 학습 과제로 확인",
+    description="전역 배치 B = b·N을 고정하면 η 그대로 한 프로세스와 같고, "
+                "b를 고정하면 η를 N배(워밍업)로 키워야 하는지 6장의 학습 과제로 확인",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=2,
     chapter=4,
     # 범위는 세 주장을 잴 수 있는 곳으로 좁혔다: 학습률이 너무 작거나 에폭이 너무 적으면 어느 방식도 거의 움직이지 않아
-    # (나)가 더 나쁘다는 것이 보이지 않고, 너무 크면 발산한다 (tests/test_params.py가 경계와 중간값을 실제로 돌린다)
+    # (나)가 더 나쁘다는 것이 보이지 않고, 너무 크면 발산한다 (tests/test_engine_params.py가 경계와 중간값을 실제로 돌린다)
     params={"global_batch": Int(48, min=8, max=96, help="한 프로세스의 배치 = 전역 배치 B (N으로 나누어떨어지고 1440을 나누어야 함)"),
             "lr": Float(0.04, min=0.02, max=0.05, help="한 프로세스의 학습률 η (SGD, 모멘텀 없음)"),
             "epochs": Int(6, min=3, max=12, help="에폭 수 (세 방식 모두 같은 데이터를 같은 횟수만큼 본다)"),

@@ -19,13 +19,13 @@ from typing import Any, TypedDict
 import torch
 import torch.distributed as dist
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp.buckets import ddp_bucket_caps, group_by_size
-from ..tools.models import layer_stack, wrap_ddp
 from ..params import Float, Int, ListOf, seed
 from ..registry import Lab
 from ..result import Summary, check_equal, check_true, not_applicable
+from ..tools.comms import CollectiveCounter
+from ..tools.models import layer_stack, wrap_ddp
 from ..tools.timeline import Timeline
 
 DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
@@ -58,7 +58,8 @@ def count_collectives(ctx: RankContext, cap: str, x: torch.Tensor, iterations: i
     model = layer_stack(width, depth)
     ddp = wrap_ddp(model, ctx.device, **ddp_kwargs(cap))
     timeline = Timeline(list(model.parameters()))
-    counts, order = [], []
+    counts: list[dict[str, int]] = []
+    order: list[int] = []
     for _ in range(iterations):
         timeline.reset()
         with CollectiveCounter() as counter:
@@ -95,7 +96,7 @@ class BucketsRecord(Described):
     runs: list[dict[str, Any]]
 
 
-def rank_fn(ctx: RankContext, caps_mb: str, width: int, depth: int, batch: int, iterations: int,
+def rank_fn(ctx: RankContext, caps_mb: tuple, width: int, depth: int, batch: int, iterations: int,
             seed: int) -> BucketsRecord:
     x = _batch(ctx, width, batch, seed)
     params = list(layer_stack(width, depth).parameters())
@@ -146,7 +147,7 @@ class BucketsData(TypedDict):
     overlap_cases: int
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[BucketsRecord], backend: str, params: dict[str, Any]) -> Summary[BucketsData]:
     n = len(ranks)
     param_bytes = ranks[0]["param_bytes"]
     rows = []
@@ -202,14 +203,15 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     if default_rows:
         checks.insert(3, check_equal("default_cap_count", default_rows[0]["steady"], default_rows[0]["predicted"],
                                      "기본값(25 MiB, 첫 버킷만 1 MiB)에서 All-Reduce 횟수가 예측과 같다"))
-    data = {"rows": rows, "total_bytes": sum(param_bytes), "n_params": ranks[0]["n_params"],
+    data: BucketsData = {"rows": rows, "total_bytes": sum(param_bytes), "n_params": ranks[0]["n_params"],
             "first_bucket_bytes": dist._DEFAULT_FIRST_BUCKET_BYTES, "overlap_cases": len(multi)}
     return Summary(data, checks)
 
 
 LAB = Lab(
     name="buckets",
-    description="bucket_cap_mb에 따라 역전파 한 번의 All-Reduce 횟수(버킷 수)가 어떻게 바뀌는지 세고, 버킷 통신이 역전파와 겹치는 시각을 기록",
+    description="bucket_cap_mb에 따라 역전파 한 번의 All-Reduce 횟수(버킷 수)가 어떻게 바뀌는지 세고, "
+                "버킷 통신이 역전파와 겹치는 시각을 기록",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=3,

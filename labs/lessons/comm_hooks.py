@@ -25,14 +25,22 @@ from typing import Any, TypedDict
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-from ..tools.comms import CollectiveCounter, written_bytes
 from ..context import Described, RankContext
-from ..tools.models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch,
-                      storage_bytes, synthetic_regression, wrap_ddp)
 from ..params import Float, Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_at_most, check_close, check_equal, not_applicable
+from ..tools.comms import CollectiveCounter, written_bytes
+from ..tools.models import (
+    fingerprint,
+    flat_parameters,
+    layer_stack,
+    mse_backward,
+    rank_batch,
+    storage_bytes,
+    synthetic_regression,
+    wrap_ddp,
+)
+from ..tools.primitives import max_abs_diff
 
 WIDTH, BATCH = 256, 8  # Linear(256, 256): 가중치 65,536개 + 편향 256개, 랭크당 배치 8
 COMPRESSED_STEPS = 100  # PowerSGD가 압축하는 스텝 수: 오차 피드백의 효과는 스텝이 쌓여야 보인다
@@ -139,14 +147,14 @@ class CommHooksData(TypedDict):
 
     numel: int
     element_ratio: float
-    byte_ratio: float
+    byte_ratio: float | None
     bytes_per_step: dict[str, list[list]]
     drift: dict[str, float]
     ef_ratio: float
     views: dict[str, dict[str, Any]]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[CommHooksRecord], backend: str, params: dict[str, Any]) -> Summary[CommHooksData]:
     n, start = len(ranks), params["start_iter"]
     psgd = [r["powersgd"] for r in ranks]
     numel = WIDTH * WIDTH + WIDTH
@@ -205,7 +213,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                         "PowerSGD로 학습해도 복제본은 비트 단위로 같다: 모든 랭크가 같은 P·Qᵀ를 받는다(서로 다른 지문 수)"),
         ]
     v0 = views[0]
-    data = {
+    data: CommHooksData = {
         "numel": numel,
         "element_ratio": element_ratio,
         "byte_ratio": byte_ratio,

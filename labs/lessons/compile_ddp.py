@@ -22,14 +22,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..tools.models import flat_parameters, rank_batch, synthetic_regression, wrap_ddp
+from ..ddp.buckets import MIB, ddp_bucket_caps, group_by_size
 from ..params import Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
-from ..ddp.buckets import MIB, ddp_bucket_caps, group_by_size
+from ..tools.comms import CollectiveCounter
+from ..tools.models import flat_parameters, rank_batch, synthetic_regression, wrap_ddp
+from ..tools.primitives import max_abs_diff
 
 WIDTH, BATCH, STEPS, LR = 256, 8, 3, 0.05  # 스텝 1에서 DDP가 버킷을 다시 짜므로 마지막 스텝의 역전파를 센다
 CAPS_MB = (1.0, 2.0)
@@ -56,7 +56,7 @@ class Stack(nn.Module):
 def counting_backend(graphs: list[int]):
     """An ``aot_autograd`` backend whose forward compiler records each graph's parameter count and runs it as is."""
     from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.common import aot_autograd  # noqa: PLC2701  (torch.compile's documented backend helper)
 
     def backward_compiler(gm: torch.fx.GraphModule, example_inputs):
         return make_boxed_func(gm.forward)
@@ -148,7 +148,7 @@ class CompileDDPData(TypedDict):
     max_diff: float
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[CompileDDPRecord], backend: str, params: dict[str, Any]) -> Summary[CompileDDPData]:
     depth = params["depth"]
     caps = [f"{cap:g}" for cap in CAPS_MB]
     pieces = [sorted({len(r["runs"][c]["compiled"]["graphs"]) for r in ranks}) for c in caps]
@@ -183,7 +183,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                     f"{STEPS}스텝 뒤 파라미터가 eager DDP와 같다(최대 절대 차이)"),
     ]
     r0 = ranks[0]["runs"]
-    data = {"caps": caps,
+    data: CompileDDPData = {"caps": caps,
             "pieces": [len(r0[c]["compiled"]["graphs"]) for c in caps],
             "predicted": [len(rule[c]) for c in caps],
             "ddp_buckets": {m: [len(r0[c][m]["allreduce"]) for c in caps] for m in MODES},

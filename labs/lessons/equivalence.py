@@ -13,18 +13,18 @@ gradients instead of averaging them amounts to: then the two models must disagre
 from __future__ import annotations
 
 import copy
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 
 from ..context import Described, RankContext
 from ..ddp.equivalence import train_both
 from ..errors import LabConfigError
-from ..tools.models import fingerprint, flat_parameters, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Choice, Float, Int, seed
-from ..tools.primitives import ATOL, RTOL
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
+from ..tools.models import fingerprint, flat_parameters, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.primitives import ATOL, RTOL
 
 GRAD_REDUCE = ("mean", "sum")
 
@@ -83,7 +83,7 @@ class EquivalenceData(TypedDict):
     per_rank_batch: int
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[EquivalenceRecord], backend: str, params: dict[str, Any]) -> Summary[EquivalenceData]:
     n = len(ranks)
     local = torch.tensor(ranks[0]["local_params"], dtype=torch.float64)
     ddp = torch.tensor(ranks[0]["ddp_params"], dtype=torch.float64)
@@ -105,7 +105,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     if n == 1:
         checks.append(check_close("exact_with_one_rank", max_diff, 0.0, 0.0,
                                   "N=1이면 더하는 순서가 같으므로 두 모델이 비트 단위까지 같다(최대 절대 차이)"))
-    data = {
+    data: EquivalenceData = {
         "max_param_diff": max_diff,
         "max_grad_diff": max(d for r in ranks for d in r["grad_diff"]),
         "param_diff_per_step": [max(r["param_diff"][s] for r in ranks) for s in range(params["steps"])],

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -63,7 +63,7 @@ class FaultsData(TypedDict):
     expected_sum: float
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[FaultsRecord], backend: str, params: dict[str, Any]) -> Summary[FaultsData]:
     n = len(ranks)
     expected = n * (n + 1) / 2
     worst = max(abs(r["sum"] - expected) for r in ranks)
@@ -74,7 +74,8 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
 
 LAB = Lab(
     name="faults",
-    description="한 랭크가 예외를 내거나(raise), 멈추거나(hang), 죽을 때(exit, kill, abort) 런처가 어느 랭크인지 알려 주는 모습 (기본은 고장 없음)",
+    description="한 랭크가 예외를 내거나(raise), 멈추거나(hang), 죽을 때(exit, kill, abort) "
+                "런처가 어느 랭크인지 알려 주는 모습 (기본은 고장 없음)",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=3,

@@ -14,18 +14,20 @@ CPU DDP refuses it, and the lab records that refusal.
 from __future__ import annotations
 
 import warnings
-from typing import Any, TypedDict
+from typing import Any, Callable, TypedDict
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..tools.models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Float, Int, seed
-from ..tools.primitives import make_optimizer
 from ..registry import Lab
-from ..result import Check, Summary, check_at_least, check_close, check_equal, check_true
+from ..result import Check, RankRecords, Summary, check_at_least, check_close, check_equal, check_true
+from ..tools.comms import CollectiveCounter
+from ..tools.models import bn_mlp, count_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.primitives import make_optimizer
+
 
 class WithSpareLayer(nn.Module):
     """The plain MLP plus a layer its forward never uses: the case ``find_unused_parameters`` is for."""
@@ -40,7 +42,7 @@ class WithSpareLayer(nn.Module):
 
 
 # 변형 이름 → (모델을 만드는 함수, DDP 인자)
-VARIANTS = {
+VARIANTS: dict[str, tuple[Callable[[], nn.Module], dict[str, Any]]] = {
     "plain": (tiny_mlp, {}),
     "plain_unused": (WithSpareLayer, {"find_unused_parameters": True}),
     "bn_sync": (bn_mlp, {"forward_sync_buffers": True}),
@@ -51,7 +53,7 @@ VARIANT_LABELS = {"plain": "일반 MLP", "plain_unused": "안 쓰는 층이 있�
                   "bn_nosync": "BatchNorm · forward_sync_buffers=False", "syncbn": "SyncBatchNorm (GPU 전용)"}
 
 
-def _batchnorm(model: nn.Module) -> nn.Module | None:
+def _batchnorm(model: nn.Module) -> nn.modules.batchnorm._BatchNorm | None:
     return next((m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)), None)
 
 
@@ -60,8 +62,8 @@ def _rebuilt(ddp: nn.Module) -> bool:
     return bool(getattr(ddp, "_has_rebuilt_buckets", False))
 
 
-def train_loop(ctx: RankContext, ddp: nn.Module, optimizer: torch.optim.Optimizer, data: tuple, per_rank_batch: int,
-               iterations: int, record: dict, bn: nn.Module | None) -> dict:
+def train_loop(ctx: RankContext, ddp: DDP, optimizer: torch.optim.Optimizer, data: tuple[torch.Tensor, torch.Tensor],
+               per_rank_batch: int, iterations: int, record: dict, bn: nn.Module | None) -> dict:
     """``iterations`` DDP steps; each forward's and backward's collectives go to ``record``."""
     for step in range(iterations):
         x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch, step))
@@ -92,7 +94,7 @@ def train_variant(ctx: RankContext, model: nn.Module, data: tuple, per_rank_batc
         bn.running_mean.fill_(ctx.rank + 1.0)
     ddp = wrap_ddp(model, ctx.device, **ddp_kwargs)
     optimizer = make_optimizer("sgd", ddp.parameters(), lr=lr, momentum=0.0)
-    record = {"forward": [], "backward": [], "forward_items": [], "backward_items": [],
+    record: dict[str, list] = {"forward": [], "backward": [], "forward_items": [], "backward_items": [],
               "losses": [], "global_losses": [], "rebuilt": [], "bn_entry_mean": []}
     if bn is not None:  # BatchNorm에 들어가는 순간(= DDP의 버퍼 브로드캐스트 직후)의 running_mean
         bn.register_forward_pre_hook(lambda m, _: record["bn_entry_mean"].append(m.running_mean.tolist()))
@@ -132,10 +134,12 @@ def legacy_init_sync(ctx: RankContext) -> dict:
     """The deprecated ``broadcast_buffers=False``: is the buffer synced when DDP is constructed?"""
     model = bn_mlp()
     bn = _batchnorm(model)
+    assert bn is not None, "bn_mlp has a BatchNorm"
     bn.running_mean.fill_(ctx.rank + 1.0)  # 랭크마다 다른 버퍼
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         wrap_ddp(model, ctx.device, broadcast_buffers=False)
+    assert bn.running_mean is not None, "track_running_stats"
     return {"running_mean0": float(bn.running_mean[0]), "warnings": sorted({w.category.__name__ for w in caught})}
 
 
@@ -147,7 +151,7 @@ class ForwardRecord(Described):
     n_params: int
     wide_backward: list[int]
     legacy: dict[str, Any]
-    syncbn_skipped: str
+    syncbn_skipped: str | None
 
 
 def rank_fn(ctx: RankContext, per_rank_batch: int, iterations: int, lr: float, seed: int,
@@ -179,7 +183,7 @@ def steady_iterations(variant: dict) -> list[int]:
     return [i for i, rebuilt in enumerate(variant["rebuilt"]) if not rebuilt]
 
 
-def _per_rank(ranks: list[dict], name: str) -> list[dict]:
+def _per_rank(ranks: RankRecords, name: str) -> list[dict]:
     return [r["variants"][name] for r in ranks]
 
 
@@ -192,7 +196,7 @@ def _distinct(rows: list[list[float]]) -> int:
     return len({tuple(round(v, 9) for v in row) for row in rows})
 
 
-def _loss_checks(ranks: list[dict], n: int) -> list[Check]:
+def _loss_checks(ranks: RankRecords, n: int) -> list[Check]:
     losses = [r["variants"]["plain"]["losses"] for r in ranks]
     distinct = min(_distinct([[r[i]] for r in losses]) for i in range(len(losses[0])))
     gap = max(abs(sum(col) / n - g) for col, g in zip(zip(*losses), ranks[0]["variants"]["plain"]["global_losses"]))
@@ -204,7 +208,7 @@ def _loss_checks(ranks: list[dict], n: int) -> list[Check]:
     ]
 
 
-def _plain_checks(ranks: list[dict], iterations: int) -> list[Check]:
+def _plain_checks(ranks: RankRecords, iterations: int) -> list[Check]:
     plain = _per_rank(ranks, "plain")
     rebuild = sorted({i for v in plain for i, flag in enumerate(v["rebuilt"]) if flag})
     with_comm = sorted({i for v in plain for i, c in enumerate(v["forward"]) if _total(c)})
@@ -219,13 +223,13 @@ def _plain_checks(ranks: list[dict], iterations: int) -> list[Check]:
     ]
 
 
-def _backward_check(ranks: list[dict]) -> Check:
+def _backward_check(ranks: RankRecords) -> Check:
     fewest = min(c.get("all_reduce", 0) for r in ranks for v in r["variants"].values() for c in v["backward"])
     return check_at_least("every_backward_all_reduces", fewest, 1,
                  "모든 모델, 모든 랭크, 모든 반복의 역전파에 all_reduce가 1번 이상 있다(최솟값)")
 
 
-def _bucket_checks(ranks: list[dict]) -> list[Check]:
+def _bucket_checks(ranks: RankRecords) -> list[Check]:
     """Iteration 0 has one bucket (defaults), even for a model DDP later splits; find_unused adds one."""
     defaults = [name for name, (_, kwargs) in VARIANTS.items() if not kwargs.get("find_unused_parameters")]
     first = sorted({r["variants"][name]["backward"][0].get("all_reduce", 0) for r in ranks for name in defaults}
@@ -244,7 +248,7 @@ def _bucket_checks(ranks: list[dict]) -> list[Check]:
     ]
 
 
-def _bn_checks(ranks: list[dict], n: int, iterations: int) -> list[Check]:
+def _bn_checks(ranks: RankRecords, n: int, iterations: int) -> list[Check]:
     sync, nosync = _per_rank(ranks, "bn_sync"), _per_rank(ranks, "bn_nosync")
     buffer_numel = sum(b["numel"] for b in ranks[0]["buffers"])
     fewest = min(v["forward"][i].get("broadcast", 0) for v in sync for i in steady_iterations(v))
@@ -270,7 +274,8 @@ def _bn_checks(ranks: list[dict], n: int, iterations: int) -> list[Check]:
         check_equal("bn_nosync_buffers_diverge", last, n if iterations >= 2 else 1,
                     "forward_sync_buffers=False: 마지막 순전파에서 running_mean이 랭크마다 다르다(서로 다른 값의 개수; N=1이면 1)"),
         check_close("init_sync_despite_forward_sync_off", init_dev, 0.0, 0.0,
-                    "forward_sync_buffers=False여도 DDP 생성자는 버퍼를 동기화한다: 첫 순전파의 running_mean = 랭크 0의 초기값 1.0(최대 차이)"),
+                    "forward_sync_buffers=False여도 DDP 생성자는 버퍼를 동기화한다: "
+                    "첫 순전파의 running_mean = 랭크 0의 초기값 1.0(최대 차이)"),
         check_equal("legacy_broadcast_buffers_skips_init", [r["legacy"]["running_mean0"] for r in ranks],
                     [r + 1.0 for r in range(n)],
                     "예전 인자 broadcast_buffers=False로 감싸면 생성자도 버퍼를 맞추지 않는다: 랭크 i의 running_mean은 그대로 i+1"),
@@ -279,7 +284,7 @@ def _bn_checks(ranks: list[dict], n: int, iterations: int) -> list[Check]:
     ]
 
 
-def _syncbn_checks(ranks: list[dict], n: int) -> list[Check]:
+def _syncbn_checks(ranks: RankRecords, n: int) -> list[Check]:
     if ranks[0]["syncbn_skipped"]:
         return []  # CPU에서는 측정하지 않는다: 이유는 data["syncbn_skipped"]에 있다
     fewest = min(sum(k for op, k in v["forward"][i].items() if "gather" in op)
@@ -289,7 +294,7 @@ def _syncbn_checks(ranks: list[dict], n: int) -> list[Check]:
                   "SyncBatchNorm: N≥2이면 모든 순전파에 통계 all_gather가 있다(최솟값). N=1이면 일반 BatchNorm으로 돌아가 0")]
 
 
-def count_table(ranks: list[dict]) -> dict:
+def count_table(ranks: RankRecords) -> dict:
     """Rank 0's collective counts, per variant, phase and iteration (all ranks ran the same ones)."""
     return {name: {phase: v[phase] for phase in ("forward", "backward")} | {"rebuilt": v["rebuilt"]}
             for name, v in ranks[0]["variants"].items()}
@@ -307,10 +312,10 @@ class ForwardData(TypedDict):
     n_params: int
     wide_backward: list[int]
     legacy_running_mean0: list[float]
-    syncbn_skipped: str
+    syncbn_skipped: str | None
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[ForwardRecord], backend: str, params: dict[str, Any]) -> Summary[ForwardData]:
     n, iterations = len(ranks), params["iterations"]
     tables = [[(v["forward"], v["backward"]) for v in r["variants"].values()] for r in ranks]
     checks = [
@@ -324,7 +329,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         *_syncbn_checks(ranks, n),
     ]
     losses = [r["variants"]["plain"]["losses"] for r in ranks]
-    data = {
+    data: ForwardData = {
         "losses": losses,
         "mean_losses": [sum(col) / n for col in zip(*losses)],
         "global_losses": ranks[0]["variants"]["plain"]["global_losses"],
@@ -342,7 +347,8 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
 
 LAB = Lab(
     name="forward",
-    description="순전파 동안 각 랭크의 프로세스 그룹이 실제로 실행한 집합 통신을 반복마다 세어, 그래디언트 통신은 역전파에만 있고 순전파에는 버퍼·버킷 정보 브로드캐스트만 있음을 확인",
+    description="순전파 동안 각 랭크의 프로세스 그룹이 실제로 실행한 집합 통신을 반복마다 세어, "
+                "그래디언트 통신은 역전파에만 있고 순전파에는 버퍼·버킷 정보 브로드캐스트만 있음을 확인",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=3,

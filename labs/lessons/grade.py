@@ -8,11 +8,11 @@ interface (:mod:`labs.grading.rank`); the verdicts are computed in the parent fr
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import cast
 
 from ..context import Described, RankContext
 from ..grading import rank
-from ..grading.probes import ProbeConfig
+from ..grading.config import ProbeConfig
 from ..grading.source import REFERENCE, validate_params
 from ..grading.summary import GradeData, summarize
 from ..params import Float, Folder, InputFile, Int, Text, seed
@@ -21,18 +21,14 @@ from ..registry import Lab
 __all__ = ["LAB"]
 
 
-class GradeRecord(Described):
-    """What each rank of the 'grade' lab returns."""
-
-    import_error: dict[str, str] | None  # kind, text
-    tampered: list[str]
-    classes: list[dict[str, Any]]
+class GradeRecord(Described, rank.RankRecord):
+    """What each rank of the 'grade' lab returns: its context and what it found (:class:`labs.grading.rank.RankRecord`)."""
 
 
 def rank_fn(ctx: RankContext, path: str, classes: str, trace_dir: str, bucket_cap_mb: float, steps: int,
             per_rank_batch: int, width: int, depth: int, seed: int) -> GradeRecord:
     config = ProbeConfig(bucket_cap_mb, steps, per_rank_batch, width, depth, seed)
-    return {**ctx.describe(), **rank.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, config)}
+    return cast(GradeRecord, {**ctx.describe(), **rank.run(ctx, path or str(REFERENCE), classes.split(), trace_dir, config)})
 
 
 LAB = Lab(
@@ -49,7 +45,8 @@ LAB = Lab(
             "bucket_cap_mb": Float(0.008, min=0.0, max=1024.0, min_open=True, help="버킷 클래스에 줄 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),
             "per_rank_batch": Int(4, min=1, max=256, help="랭크당 배치 B/N"),
-            "width": Int(32, min=2, max=128, help="채점 모델의 층 너비 (512·배치 256·20스텝이면 AdamW가 합 순서의 반올림 차이를 허용 오차 너머로 키운다)"),
+            "width": Int(32, min=2, max=128,
+                         help="채점 모델의 층 너비 (512·배치 256·20스텝이면 AdamW가 합 순서의 반올림 차이를 허용 오차 너머로 키운다)"),
             "depth": Int(6, min=2, max=32, help="채점 모델의 층 수"),
             "seed": seed()},
     record=GradeRecord,

@@ -8,6 +8,10 @@ stack taken from outside with ``py-spy dump`` while it hangs (by a thread of the
 rank's flight-recorder entries (its last sequence number is behind), and the per-rank dump files
 read by torch's own analyzer. Whether this build's flight recorder records gloo collectives at all
 is measured, not assumed: if it does not, the outcome is recorded and those checks are not applicable.
+
+The stacks show where each rank waits because gloo's collectives block the host until they finish.
+Under NCCL a collective returns once it is enqueued on a CUDA stream, so the waiting ranks may already
+stand at a later line (chapter 10.10); this lab measures gloo only.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ from typing import Any, TypedDict
 import torch
 import torch.distributed as dist
 
-from ..tools import flight_recorder, pyspy
-from ..tools.comms import quiet_stderr
 from ..context import RankContext
 from ..params import Float, Int
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_equal, check_true, not_applicable
+from ..tools import flight_recorder, pyspy
+from ..tools.comms import quiet_stderr
 
 # gloo's own words (torch 2.13): rank 0 names the ranks that never arrived; the others only wait for rank 0.
 NAMED_RANKS = re.compile(r"Ranks? ([\d, ]+?) (?:failed to pass|timed out in) monitoredBarrier")
@@ -80,7 +84,13 @@ def _store():
     return dist.distributed_c10d._get_default_store()
 
 
-def read_stacks_later(ctx: RankContext, pids: list[int], timeout_s: float) -> threading.Thread:
+class StackReader(threading.Thread):
+    """A thread whose ``result`` is filled by its target."""
+
+    result: list[dict[str, Any]] = []
+
+
+def read_stacks_later(ctx: RankContext, pids: list[int], timeout_s: float) -> StackReader:
     """On the skipping rank: a thread that, once every other rank waits, reads every rank's stack with py-spy.
     Its ``result`` is ``[{"pid", "frames", "error"}]`` per rank (``frames``: main thread, innermost first)."""
     def read():
@@ -97,7 +107,7 @@ def read_stacks_later(ctx: RankContext, pids: list[int], timeout_s: float) -> th
                                                   f"py-spy의 출력에서 주 스레드를 찾지 못함: {d['text'][:400]!r}")}
                          for d in pyspy.dump(pids)]
 
-    thread = threading.Thread(target=read, name="labs-hangs-pyspy", daemon=True)
+    thread = StackReader(target=read, name="labs-hangs-pyspy", daemon=True)
     thread.result = []
     thread.start()
     return thread
@@ -123,9 +133,9 @@ def gloo_timeout_files():
 def collect_flight_records(ctx: RankContext, groups: list) -> dict:
     """Every rank's dump goes to rank 0, which writes one file per rank and runs torch's analyzer on the
     folder: as gloo wrote them, and with each group's ranks written in (rank 0's record; others ``{}``)."""
-    dumps = [None] * ctx.world_size if ctx.rank == 0 else None
+    dumps: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
     dist.gather_object(flight_recorder.dump(), dumps, dst=0)
-    if ctx.rank != 0:
+    if dumps is None:
         return {}
     folder = Path(tempfile.mkdtemp(prefix="labs-fr-"))
     try:
@@ -142,7 +152,7 @@ def collect_flight_records(ctx: RankContext, groups: list) -> dict:
 def flight_record(group) -> tuple[str, list, int]:
     """This rank's flight recorder entries for ``group`` as ``[name, sequence id, state]`` (error text if none)."""
     try:
-        dump = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
+        dump = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - 이 빌드가 무엇을 했는지 그대로 기록한다
         return f"{type(exc).__name__}: {exc}", [], 0
     entries = dump.get("entries", [])
@@ -175,7 +185,7 @@ def rank_fn(ctx: RankContext, timeout_s: float, collectives: int) -> HangsRecord
     mb_error, mb_seconds = skip_barrier(ctx, barrier_group, timeout_s)
     dist.barrier()  # 건너뛴 랭크가 먼저 다음 실험의 짧은 timeout에 걸리지 않게 기본 그룹에서 모두 만난다
     pyspy.allow_any_tracer()
-    pids = [None] * ctx.world_size
+    pids: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(pids, os.getpid())
     reader = read_stacks_later(ctx, pids, timeout_s) if is_skipper(ctx) else None
     landed, restore = gloo_timeout_files()
@@ -250,17 +260,17 @@ class HangsData(TypedDict):
     timeout_files: list[list[str]]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[HangsRecord], backend: str, params: dict[str, Any]) -> Summary[HangsData]:
     n, timeout_s, collectives = len(ranks), params["timeout_s"], params["collectives"]
     skipper = n - 1
     message = ranks[0]["mb_error"]
     peers = [r["mb_error"] for r in ranks[1:skipper]]
-    last = [r["fr_entries"][-1] if r["fr_entries"] else None for r in ranks]
+    last: list[Any] = [r["fr_entries"][-1] if r["fr_entries"] else None for r in ranks]
     works = all(r["fr_entries"] for r in ranks)
     outcome = next((r["fr_error"] for r in ranks if r["fr_error"]), "")
     stacks = ranks[skipper]["stacks"]
     files = ranks[0]["fr_files"]
-    data = {"skip_rank": skipper, "mb_message": message, "mb_peer_message": peers[0] if peers else "",
+    data: HangsData = {"skip_rank": skipper, "mb_message": message, "mb_peer_message": peers[0] if peers else "",
             "mb_named": named_ranks(message), "mb_seconds": ranks[0]["mb_seconds"],
             "wait_error": ranks[0]["wait_error"], "fr_works": works, "fr_outcome": outcome, "fr_last": last,
             "timeout_s": timeout_s, "stacks": stacks, "hang_sites": [hang_site(s["frames"]) for s in stacks],
@@ -316,7 +326,8 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
 
 LAB = Lab(
     name="hangs",
-    description="멈춘 잡에서 범인 찾기: monitored_barrier, py-spy로 읽은 랭크마다의 스택, 플라이트 레코더와 그 덤프 파일이 멈춘 랭크와 자리를 보이는지",
+    description=("멈춘 잡에서 범인 찾기: monitored_barrier, py-spy로 읽은 랭크마다의 스택, 플라이트 레코더와 그 덤프 파일이 "
+                 "멈춘 랭크와 자리를 보이는지 (gloo)"),
     rank_fn=rank_fn,
     summarize=summarize,
     chapter=10,

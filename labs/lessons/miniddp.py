@@ -20,20 +20,21 @@ from typing import Any, TypedDict
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp.buckets import MIB, group_by_size
-from ..ddp.miniddp import STEPS
 from ..ddp.bugs import ForwardOrderBuckets
-from ..tools.trace import AllReduceTrace
-from ..tools.models import layer_stack, mse_backward, rank_batch, wrap_ddp
+from ..ddp.miniddp import STEPS, BucketedDDP
 from ..params import Bool, Float, Int, seed
-from ..tools.primitives import max_abs_diff, sync
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_equal, not_applicable
+from ..tools.comms import CollectiveCounter
+from ..tools.models import layer_stack, mse_backward, rank_batch, wrap_ddp
+from ..tools.primitives import max_abs_diff, sync
 from ..tools.timeline import Timeline
 from ..tools.timing import paired_ratio, slowest, time_calls
+from ..tools.trace import AllReduceTrace
 
 VARIANTS = ("single", "naive", "flat", "overlap", "buckets", "forward", "ddp")
 OURS = ("naive", "flat", "overlap", "buckets", "forward")
@@ -56,13 +57,14 @@ def build(name: str, init: nn.Module, ctx: RankContext, cap: float, watch=None) 
         return wrap_ddp(model, ctx.device, bucket_cap_mb=cap)
     if name == "forward":
         return ForwardOrderBuckets(model, cap)
-    return STEPS[name](model, cap) if name == "buckets" else STEPS[name](model)
+    return BucketedDDP(model, cap) if name == "buckets" else STEPS[name](model)
 
 
 def finish(model: nn.Module) -> None:
     """Our steps finish the synchronization explicitly; torch DDP and the single process need nothing."""
-    if hasattr(model, "finish_gradient_synchronization"):
-        model.finish_gradient_synchronization()
+    finish_sync = getattr(model, "finish_gradient_synchronization", None)
+    if finish_sync is not None:
+        finish_sync()
 
 
 def batch_for(name: str, x, y, ctx: RankContext, per_rank: int, step: int):
@@ -100,10 +102,10 @@ def timeline(name: str, model: nn.Module, clock: Timeline, ctx: RankContext, x, 
              samples: int = 3) -> dict:
     """Iterations of a warmed-up ``model``, timestamps relative to the call of backward(); of ``samples``
     recorded iterations the one with the median duration (one iteration alone is at the mercy of the load)."""
-    if name == "ddp":
+    if isinstance(model, DDP):
         model.register_comm_hook(None, clock.comm_hook)  # DDP의 버킷 All-Reduce 시작·끝 시각
     xb, yb = batch_for(name, x, y, ctx, per_rank, 0)
-    lines = []
+    lines: list[dict[str, Any]] = []
     with AllReduceTrace(ctx.device) as trace:  # 우리 단계들의 dist.all_reduce 시작·끝 시각
         for _ in range(samples):
             model.zero_grad()
@@ -157,11 +159,12 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, bucke
     x = torch.randn(rows, width, generator=gen).to(ctx.device)
     y = torch.randn(rows, width, generator=gen).to(ctx.device)
     final = {name: train(name, init, ctx, bucket_cap_mb, x, y, per_rank_batch, steps, lr) for name in VARIANTS}
-    clocks = {}  # 감싸기 전에 건 훅이라 각 단계의 훅보다 먼저 불린다: 그래디언트가 준비된 시각
+    clocks: dict[str, Timeline] = {}  # 감싸기 전에 건 훅이라 각 단계의 훅보다 먼저 불린다: 그래디언트가 준비된 시각
     models = {name: build(name, init, ctx, bucket_cap_mb, watch=lambda ps, name=name: clocks.setdefault(name, Timeline(ps)))
               for name in VARIANTS}
     fns = {name: step_fn(name, m, x, y, ctx, per_rank_batch, lr) for name, m in models.items()}
-    seconds = time_calls({name: fns[name] for name in TIMING_ORDER}, ctx.device, 2, repeats)  # 번갈아 재기; 워밍업에 DDP의 버킷 재구성이 들어간다
+    # 번갈아 재기; 워밍업에 DDP의 버킷 재구성이 들어간다
+    seconds = time_calls({name: fns[name] for name in TIMING_ORDER}, ctx.device, 2, repeats)
     return {
         **ctx.describe(),
         "sizes": [p.numel() * p.element_size() for p in init.parameters()],
@@ -194,14 +197,14 @@ class MiniDDPData(TypedDict):
     repeats: int
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[MiniDDPRecord], backend: str, params: dict[str, Any]) -> Summary[MiniDDPData]:
     n = len(ranks)
     sizes = ranks[0]["sizes"]
     cap = int(params["bucket_cap_mb"] * MIB)
     n_buckets = len(group_by_size(sizes[::-1], cap, nbytes=int))
     times = {name: slowest([r["seconds"][name] for r in ranks]) for name in VARIANTS}
     alpha = statistics.median(slowest([r["alpha"] for r in ranks]))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in VARIANTS:
         t = sorted(times[name])
         rows.append({"variant": name, "calls": ranks[0]["calls"][name],
@@ -236,7 +239,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     else:
         checks.append(not_applicable("buckets_within_1_2x_ddp", "check_speed=false이거나 N=1: 시간 비교는 판정하지 "
                                      "않고 표로만 보인다(--param check_speed=true로 판정)"))
-    data = {"rows": rows, "n_tensors": len(sizes), "n_buckets": n_buckets, "total_bytes": sum(sizes),
+    data: MiniDDPData = {"rows": rows, "n_tensors": len(sizes), "n_buckets": n_buckets, "total_bytes": sum(sizes),
             "alpha_us": alpha * 1e6, "buckets_vs_ddp": ratio, "overlap_vs_buckets": per_param_vs_buckets,
             "gap_ms": gap_ms, "predicted_gap_ms": predicted_gap_ms, "repeats": params["repeats"]}
     return Summary(data, checks)
@@ -254,7 +257,8 @@ LAB = Lab(
             "per_rank_batch": Int(16, min=1, max=1024, help="랭크당 배치 B/N"),
             "bucket_cap_mb": Float(0.05, min=0.0, max=1024.0, min_open=True, help="4단계와 torch DDP의 bucket_cap_mb"),
             "steps": Int(3, min=1, max=20, help="비교할 학습 스텝 수 K"),
-            "repeats": Int(30, min=1, max=500, help="시간을 잴 반복 수 (check_speed 판정에는 30번 이상: 적으면 쌍별 비율의 중앙값이 실행마다 크게 흔들린다)"),
+            "repeats": Int(30, min=1, max=500,
+                           help="시간을 잴 반복 수 (check_speed 판정에는 30번 이상: 적으면 쌍별 비율의 중앙값이 실행마다 크게 흔들린다)"),
             "lr": Float(0.05, min=0.0, max=10.0, min_open=True, help="학습률 η"),
             "check_speed": Bool(False, help="BucketedDDP가 torch DDP의 1.2배 이내인지 판정한다(조용한 기계에서)"),
             "seed": seed()},

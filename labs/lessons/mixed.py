@@ -6,9 +6,15 @@ parameters: before the step each master gets its bf16 gradient cast up, after it
 copied back from the master (the recipe of the ZeRO paper's 2 + 2 + 12 bytes with Adam). After S steps
 each rank counts, by storage accounting (:func:`labs.tools.models.storage_bytes`), the bf16 parameters, the bf16
 gradients and what the optimizer keeps: the fp32 masters plus its per-element state (the per-tensor
-``step`` counter is a scalar, whatever the tensor's size, and is reported apart). The fp32 master
-gradients live only during the step and are freed after it. Divided by the number of parameters these
-are the bytes per parameter chapter 13's memory calculator uses for bf16 mixed precision.
+``step`` counter is a scalar, whatever the tensor's size, and is reported apart), and DDP's own flat
+buckets (bf16, a second copy of the gradients with the default ``gradient_as_bucket_view=False``). The
+fp32 master gradients live only during the step and are freed after it (4 bytes per parameter for the
+step's duration, not counted). Divided by the number of parameters these are the bytes per parameter
+chapter 13's memory calculator uses for bf16 mixed precision.
+
+This is the ZeRO paper's accounting (2 + 2 + 12 bytes with Adam): the gradients and their All-Reduce in
+bf16. Megatron-LM keeps fp32 main gradients and all-reduces them in fp32 for bf16 models, and FSDP2
+recipes (torchtitan) reduce in fp32: 4 bytes of gradient per parameter instead of 2 (not measured here).
 """
 
 from __future__ import annotations
@@ -18,14 +24,23 @@ from typing import Any, TypedDict
 
 import torch
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..tools.models import fingerprint_tensors, layer_stack, mse_backward, rank_batch, storage_bytes, synthetic_regression, wrap_ddp
 from ..params import Float, Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
-from ..tools.optim_state import OPTIMIZERS, elementwise_state
 from ..result import Summary, check_equal, not_applicable
+from ..tools.comms import CollectiveCounter
+from ..tools.models import (
+    ddp_bucket_bytes,
+    fingerprint_tensors,
+    layer_stack,
+    mse_backward,
+    rank_batch,
+    storage_bytes,
+    synthetic_regression,
+    wrap_ddp,
+)
+from ..tools.optim_state import OPTIMIZERS, elementwise_state
+from ..tools.primitives import max_abs_diff
 
 COMPUTE = torch.bfloat16  # 계산·그래디언트·통신의 자료형
 MASTER = torch.float32  # 옵티마이저가 업데이트하는 마스터 가중치의 자료형
@@ -48,7 +63,7 @@ def train_mixed(ctx: RankContext, init: torch.nn.Module, batches: list, opt: str
             mse_backward(ddp, x.to(COMPUTE), y.to(COMPUTE))  # 그래디언트 All-Reduce는 여기서, bf16으로
         dtypes |= {item["dtype"] for item in counter.items if item["op"] == "all_reduce"}
         for m, p in zip(masters, params):
-            m.grad = p.grad.to(MASTER)  # 스텝 동안만 있는 fp32 그래디언트
+            m.grad = p.grad.to(MASTER) if p.grad is not None else None  # 스텝 동안만 있는 fp32 그래디언트
         optimizer.step()
         with torch.no_grad():
             for m, p in zip(masters, params):
@@ -67,6 +82,7 @@ class MixedRecord(Described):
     """What each rank of the 'mixed' lab returns."""
 
     n_params: int
+    ddp_buckets: dict[str, int]
     sgd: dict[str, Any]
     adamw: dict[str, Any]
 
@@ -79,10 +95,11 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps
     mine = [rank_batch(x, y, ctx.rank, n, per_rank_batch, s) for s in range(steps)]
     torch.manual_seed(seed)
     init = layer_stack(width, depth).to(ctx.device)
-    record = {**ctx.describe(), "n_params": sum(p.numel() for p in init.parameters())}
-    for opt in OPTIMIZERS:
-        record[opt] = train_mixed(ctx, init, mine, opt, lr)
-    return record
+    x0, y0 = mine[0]
+    buckets = ddp_bucket_bytes(copy.deepcopy(init).to(COMPUTE), ctx.device, x0.to(COMPUTE), y0.to(COMPUTE))
+    sgd, adamw = (train_mixed(ctx, init, mine, opt, lr) for opt in OPTIMIZERS)
+    return {**ctx.describe(), "n_params": sum(p.numel() for p in init.parameters()), "ddp_buckets": buckets,
+            "sgd": sgd, "adamw": adamw}
 
 
 # 옵티마이저가 파라미터 원소마다 fp32로 하나씩 두는 상태의 개수 (SGD: 모멘텀 버퍼, AdamW: 1차·2차 모멘트)
@@ -98,20 +115,26 @@ class MixedData(TypedDict):
     master_bytes_per_param: dict[str, float]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[MixedRecord], backend: str, params: dict[str, Any]) -> Summary[MixedData]:
     n, total = len(ranks), ranks[0]["n_params"]
     memory = {opt: {k: sorted({r[opt]["memory"][k] for r in ranks}) for k in ranks[0][opt]["memory"]}
               for opt in OPTIMIZERS}
     per_param = {opt: {k: [b / total for b in v] for k, v in memory[opt].items()} for opt in OPTIMIZERS}
     compute, master = COMPUTE.itemsize, MASTER.itemsize
+    buckets = sorted({r["ddp_buckets"]["buckets"] for r in ranks})
     bytes_per_param = {opt: {"params": per_param[opt]["params"][0], "grads": per_param[opt]["grads"][0],
+                             "buckets": buckets[0] / total,
                              "state": per_param[opt]["master"][0] + per_param[opt]["moments"][0]}
                        for opt in OPTIMIZERS}
     checks = [
         check_equal("params_compute_bytes", [per_param[opt]["params"] for opt in OPTIMIZERS], [[compute]] * 2,
-                    f"모든 랭크의 파라미터가 원소 하나에 {compute}바이트(bfloat16의 원소 크기)다(SGD, AdamW; 스토리지 바이트 ÷ 파라미터 수)"),
+                    f"모든 랭크의 파라미터가 원소 하나에 {compute}바이트(bfloat16의 원소 크기)다"
+                    "(SGD, AdamW; 스토리지 바이트 ÷ 파라미터 수)"),
         check_equal("grads_compute_bytes", [per_param[opt]["grads"] for opt in OPTIMIZERS], [[compute]] * 2,
                     f"DDP가 평균한 그래디언트도 원소 하나에 {compute}바이트다: 그래디언트는 파라미터의 자료형을 따른다"),
+        check_equal("ddp_buckets_compute_bytes", [b / total for b in buckets], [compute],
+                    f"기본 DDP의 평평한 버킷도 bfloat16 그래디언트의 사본이라 파라미터 하나에 {compute}바이트다"
+                    "(통신 훅이 받은 버킷 텐서의 저장소 ÷ 파라미터 수, 모든 랭크)"),
         check_equal("allreduce_in_compute_dtype", sorted({d for r in ranks for opt in OPTIMIZERS
                                                          for d in r[opt]["allreduce_dtypes"]}), ["bfloat16"],
                     "그래디언트 All-Reduce가 나른 텐서의 자료형(프로파일러가 본 작업 항목)이 bfloat16뿐이다"),
@@ -131,7 +154,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         checks.append(check_equal("masters_identical",
                                   max(len({r[opt]["fingerprint"] for r in ranks}) for opt in OPTIMIZERS), 1,
                                   "모든 랭크의 마스터 가중치가 비트 단위로 같다(옵티마이저마다 서로 다른 지문 수의 최댓값)"))
-    data = {"n_params": total, "memory": memory, "bytes_per_param": bytes_per_param,
+    data: MixedData = {"n_params": total, "memory": memory, "bytes_per_param": bytes_per_param,
             "master_bytes_per_param": {opt: per_param[opt]["master"][0] for opt in OPTIMIZERS}}
     return Summary(data, checks)
 

@@ -32,14 +32,25 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..tools.models import (count_parameters, fingerprint, flat_parameters, held, local_shard, mse_backward, rank_batch,
-                      shard_with_fsdp, synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Choice, Float, Int, ListOf, seed
-from ..tools.primitives import sync
 from ..registry import Lab
-from ..result import Check, Summary, check_at_most, check_close, check_equal, check_true
+from ..result import Check, RankRecords, Summary, check_at_most, check_close, check_equal, check_true
+from ..tools.comms import CollectiveCounter
+from ..tools.models import (
+    count_parameters,
+    fingerprint,
+    flat_parameters,
+    held,
+    local_shard,
+    mse_backward,
+    rank_batch,
+    shard_with_fsdp,
+    synthetic_regression,
+    tiny_mlp,
+    wrap_ddp,
+)
+from ..tools.primitives import sync
 
 PARTS = ("sharding", "drift", "dataparallel")
 MEMORY_KINDS = ("params", "grads", "optimizer_state")
@@ -99,11 +110,11 @@ def train_replica(ctx: RankContext, synced: bool, data: tuple, steps: int, per_r
                   batches_per_epoch: int, lr: float, seed: int) -> dict:
     """SGD on this rank's shard, cycling over its mini-batches; records after every step."""
     torch.manual_seed(seed)  # 모든 랭크가 같은 초기값에서 출발한다
-    model = wrap_ddp(tiny_mlp(), ctx.device) if synced else tiny_mlp().to(ctx.device)
-    plain = model.module if synced else model
+    plain = tiny_mlp().to(ctx.device)
+    model = wrap_ddp(plain, ctx.device) if synced else plain  # DDP는 plain을 감쌀 뿐: 파라미터는 같은 텐서
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     x_all, y_all = (t.to(ctx.device) for t in data)
-    record = {"params": [flat_parameters(plain).tolist()], "full_loss": [full_data_loss(plain, x_all, y_all)]}
+    record: dict[str, Any] = {"params": [flat_parameters(plain).tolist()], "full_loss": [full_data_loss(plain, x_all, y_all)]}
     for step in range(steps):
         xb, yb = rank_batch(x_all, y_all, ctx.rank, ctx.world_size, per_rank_batch, step % batches_per_epoch)
         mse_backward(model, xb, yb)  # DDP: 여기서 그래디언트 평균. 맨 모듈: 자기 g_i 그대로
@@ -191,7 +202,7 @@ def dataparallel_part(ctx: RankContext, hidden: int, per_rank_batch: int, steps:
     ddp = wrap_ddp(sharding_model(hidden), ctx.device)
     seen = where_forward_runs(ddp.module)
     x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
-    record = {"pid": os.getpid(), "ppid": os.getppid(), "main_thread": threading.main_thread().ident,
+    record: dict[str, Any] = {"pid": os.getpid(), "ppid": os.getppid(), "main_thread": threading.main_thread().ident,
               "threads_alive": threading.active_count(),
               "ddp_step_seconds": timed_steps(ddp, [(x, y)] * steps, ctx.device, lr), "forward_where": seen}
     dist.barrier()  # 모든 랭크의 DDP 측정이 끝난 뒤, 랭크 0만 DataParallel을 재고 나머지는 기다린다
@@ -212,20 +223,17 @@ class MythsRecord(Described):
 
 def rank_fn(ctx: RankContext, parts: tuple[str, ...], hidden: int, per_rank_batch: int, steps: int,
             batches_per_epoch: int, lr: float, lr_adam: float, seed: int) -> MythsRecord:
-    record = {**ctx.describe(), **dict.fromkeys(PARTS)}  # 실행하지 않은 부분은 None
-    for part in wanted_parts(parts):
-        if part == "sharding":
-            record[part] = sharding_part(ctx, hidden, per_rank_batch, lr_adam, seed)
-        elif part == "drift":
-            record[part] = drift_part(ctx, steps, per_rank_batch, batches_per_epoch, lr, seed)
-        else:
-            record[part] = dataparallel_part(ctx, hidden, per_rank_batch, DP_STEPS, lr, seed)
-    return record
+    ran = wanted_parts(parts)  # 실행하지 않은 부분은 None (이 순서대로 실행한다)
+    return {**ctx.describe(),
+            "sharding": sharding_part(ctx, hidden, per_rank_batch, lr_adam, seed) if "sharding" in ran else None,
+            "drift": drift_part(ctx, steps, per_rank_batch, batches_per_epoch, lr, seed) if "drift" in ran else None,
+            "dataparallel": (dataparallel_part(ctx, hidden, per_rank_batch, DP_STEPS, lr, seed)
+                             if "dataparallel" in ran else None)}
 
 
 # --- summarize ----------------------------------------------------------------------------------
 
-def memory_table(ranks: list[dict]) -> dict:
+def memory_table(ranks: RankRecords) -> dict:
     """Per wrapper and kind: the numel and bytes every rank holds, in rank order."""
     return {wrapper: {kind: [r["sharding"][wrapper][kind] for r in ranks] for kind in MEMORY_KINDS}
             for wrapper in ("ddp", "fsdp")}
@@ -235,7 +243,7 @@ def _ops(items: list[dict]) -> list[str]:
     return sorted({it["op"] for it in items})
 
 
-def sharding_checks(ranks: list[dict]) -> tuple[list[Check], dict]:
+def sharding_checks(ranks: RankRecords) -> tuple[list[Check], dict]:
     n, total = len(ranks), ranks[0]["sharding"]["n_params"]
     mem = memory_table(ranks)
     ddp_params = sorted({m["numel"] for m in mem["ddp"]["params"]})
@@ -281,7 +289,7 @@ def sharding_checks(ranks: list[dict]) -> tuple[list[Check], dict]:
     return checks, data
 
 
-def pairwise_drift(ranks: list[dict], run: str) -> list[float]:
+def pairwise_drift(ranks: RankRecords, run: str) -> list[float]:
     """Per step: the largest L2 distance ‖w_a − w_b‖ between any two ranks' parameters."""
     params = [torch.tensor(r["drift"][run]["params"], dtype=torch.float64) for r in ranks]
     steps = len(params[0])
@@ -289,7 +297,7 @@ def pairwise_drift(ranks: list[dict], run: str) -> list[float]:
     return [max((float((params[a][s] - params[b][s]).norm()) for a, b in pairs), default=0.0) for s in range(steps)]
 
 
-def drift_checks(ranks: list[dict], threshold: float) -> tuple[list[Check], dict]:
+def drift_checks(ranks: RankRecords, threshold: float) -> tuple[list[Check], dict]:
     n = len(ranks)
     drift = {run: pairwise_drift(ranks, run) for run in ("ddp", "unsynced")}
     losses = {run: [r["drift"][run]["full_loss"] for r in ranks] for run in ("ddp", "unsynced")}
@@ -315,7 +323,7 @@ def drift_checks(ranks: list[dict], threshold: float) -> tuple[list[Check], dict
     return checks, data
 
 
-def dataparallel_checks(ranks: list[dict], steps: int) -> tuple[list[Check], dict]:
+def dataparallel_checks(ranks: RankRecords, steps: int) -> tuple[list[Check], dict]:
     n = len(ranks)
     dp = ranks[0]["dataparallel"]["dataparallel"]
     ddp_where = [r["dataparallel"] for r in ranks]
@@ -360,8 +368,9 @@ class MythsData(TypedDict):
     dataparallel: dict[str, Any] | None
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
-    checks, data = [], {"parts": wanted_parts(params["parts"]), **dict.fromkeys(PARTS)}
+def summarize(ranks: list[MythsRecord], backend: str, params: dict[str, Any]) -> Summary[MythsData]:
+    checks: list[Check] = []
+    data: MythsData = {"parts": wanted_parts(params["parts"]), "sharding": None, "drift": None, "dataparallel": None}
     if "sharding" in data["parts"]:
         part_checks, data["sharding"] = sharding_checks(ranks)
         checks += part_checks

@@ -10,18 +10,18 @@ pads the *dataset* (repeating leading indices) and the last per-rank batch comes
 from __future__ import annotations
 
 import math
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
 from ..context import Described, RankContext
 from ..ddp.replicas import rank_loader, replicate
-from ..tools.models import count_parameters, fingerprint, flat_parameters
 from ..params import Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
+from ..tools.models import count_parameters, fingerprint, flat_parameters, index_dataset
+from ..tools.primitives import max_abs_diff
 
 
 def sampler_shards(dataset_size: int, world_size: int, seed: int = 0, epoch: int = 0,
@@ -29,8 +29,8 @@ def sampler_shards(dataset_size: int, world_size: int, seed: int = 0, epoch: int
     """The indices ``DistributedSampler`` gives each rank (the same code the ranks run)."""
     shards = []
     for rank in range(world_size):
-        sampler = DistributedSampler(range(dataset_size), num_replicas=world_size, rank=rank,
-                                     shuffle=True, seed=seed, drop_last=drop_last)
+        sampler: DistributedSampler[int] = DistributedSampler(index_dataset(dataset_size), num_replicas=world_size, rank=rank,
+                                                              shuffle=True, seed=seed, drop_last=drop_last)
         sampler.set_epoch(epoch)
         shards.append(list(sampler))
     return shards
@@ -55,10 +55,10 @@ def rank_fn(ctx: RankContext, per_rank_batch: int, steps: int, extra_samples: in
             sampler_seed: int) -> ReplicasRecord:
     ddp_model, before, fingerprint_before = replicate(ctx, seed_base)
     after = flat_parameters(ddp_model.module)
-    dataset = range(ctx.world_size * per_rank_batch * steps + extra_samples)
+    dataset = index_dataset(ctx.world_size * per_rank_batch * steps + extra_samples)
     sampler, loader = rank_loader(ctx, dataset, per_rank_batch, sampler_seed)
-    dropping = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
-                                  shuffle=True, seed=sampler_seed, drop_last=True)
+    dropping: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
+                                                           shuffle=True, seed=sampler_seed, drop_last=True)
     dropping.set_epoch(0)
     return {
         **ctx.describe(),
@@ -110,7 +110,7 @@ class ReplicasData(TypedDict):
     duplicates: list[int]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[ReplicasRecord], backend: str, params: dict[str, Any]) -> Summary[ReplicasData]:
     n = len(ranks)
     b = params["per_rank_batch"]
     dataset_size = n * b * params["steps"] + params["extra_samples"]
@@ -152,7 +152,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         check_equal("drop_last_shards", [len(dropped), len(set(dropped))], [dataset_size // n * n] * 2,
                     "drop_last=True인 샘플러는 패딩 대신 뒤쪽을 버린다: 모든 랭크 합계 ⌊D/N⌋·N개, 중복 없음"),
     ]
-    data = {
+    data: ReplicasData = {
         "dataset_size": dataset_size,
         "padded_size": padded,
         "global_batch": n * b,
@@ -166,7 +166,8 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
 
 LAB = Lab(
     name="replicas",
-    description="랭크마다 다른 초기값으로 만든 모델이 DDP로 감싸는 순간 똑같아지고, DistributedSampler가 데이터셋을 나누는(필요하면 패딩하는) 방식을 확인",
+    description="랭크마다 다른 초기값으로 만든 모델이 DDP로 감싸는 순간 똑같아지고, "
+                "DistributedSampler가 데이터셋을 나누는(필요하면 패딩하는) 방식을 확인",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=4,

@@ -20,23 +20,39 @@ import itertools
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import torch
 from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
+from ..ddp.reference import train_reference
+from ..ddp.train_script import (
+    CHECKPOINT_NAME,
+    FOLDER_FILES,
+    TrainConfig,
+    checkpoint_folder,
+    evaluate,
+    folder_conflict,
+    global_mean,
+    load_digits_split,
+    make_ddp_model,
+    make_loader,
+    per_rank_batch,
+    run_summary,
+    save_checkpoint,
+    sgd,
+    train,
+    train_one_epoch,
+)
 from ..errors import LabConfigError
 from ..params import Bool, Float, Folder, Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal, not_applicable
-from ..ddp.reference import train_reference
-from ..ddp.train_script import (CHECKPOINT_NAME, TrainConfig, checkpoint_folder, evaluate, folder_conflict, global_mean,
-                            load_digits_split, make_ddp_model, make_loader, per_rank_batch, run_summary,
-                            save_checkpoint, sgd, train, train_one_epoch)
+from ..tools.comms import CollectiveCounter
+from ..tools.models import index_dataset
+from ..tools.primitives import max_abs_diff
 
 COUNTED_STEPS = 3  # 학습 스텝 1, 2(버킷 재구성), 3(그 뒤의 모든 스텝과 같음)
 
@@ -49,7 +65,8 @@ LOSS_ATOL = 5e-5
 def epoch_orders(dataset_size: int, world_size: int, rank: int, seed: int, epochs: int,
                  call_set_epoch: bool) -> list[list[int]]:
     """The order one rank's ``DistributedSampler`` yields in each epoch, with or without ``set_epoch``."""
-    sampler = DistributedSampler(range(dataset_size), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    sampler: DistributedSampler[int] = DistributedSampler(index_dataset(dataset_size), num_replicas=world_size, rank=rank,
+                                                          shuffle=True, seed=seed)
     orders = []
     for epoch in range(epochs):
         if call_set_epoch:
@@ -117,7 +134,7 @@ def rank_fn(ctx: RankContext, **params) -> TrainRecord:
     with CollectiveCounter() as whole_run:  # 학습 전체가 실제로 실행한 집합 통신
         model, history, start = train(cfg, ctx, train_set, test_set, on_epoch_end=record_order)
     steps_per_epoch = len(make_loader(train_set, cfg, ctx.world_size, ctx.rank)[1])
-    record = {
+    record: dict[str, Any] = {
         **ctx.describe(),
         **run_summary(model, history, start, ctx),
         "per_rank_batch": per_rank_batch(cfg, ctx.world_size),
@@ -129,7 +146,7 @@ def rank_fn(ctx: RankContext, **params) -> TrainRecord:
     }
     # 한 프로세스 기준 학습은 랭크 0만 (나머지 랭크는 None)
     record["reference"] = train_reference(cfg, ctx.world_size, train_set, test_set, ctx.device) if ctx.rank == 0 else None
-    return record
+    return cast(TrainRecord, record)
 
 
 def _add(total: dict[str, int], counts: dict[str, int], times: int = 1) -> dict[str, int]:
@@ -178,9 +195,10 @@ class TrainData(TypedDict):
     epochs_trained: int
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[TrainRecord], backend: str, params: dict[str, Any]) -> Summary[TrainData]:
     n = len(ranks)
     main, ref = ranks[0], ranks[0]["reference"]
+    assert ref is not None, "rank 0 trains the one-process reference"
     observed = sorted(main["orders"])
     param_tol = ATOL + RTOL * max(abs(v) for v in ref["params"])
     final, ref_final = main["history"][-1], ref["history"][-1]
@@ -221,7 +239,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         check_equal("rebuild_broadcast_in_second_step", rebuild, [[int(i == 1) for i in range(len(r))] for r in rebuild],
                     "학습 스텝 중 broadcast는 2번째 스텝에만 있다: 버킷 재구성(랭크마다 스텝별 유무)"),
     ]
-    data = {
+    data: TrainData = {
         "summary": {k: main[k] for k in ("world_size", "resumed_from", "fingerprint", "checksum", "params", "history")},
         "reference_history": ref["history"],
         "per_rank_batch": main["per_rank_batch"],
@@ -305,7 +323,7 @@ LAB = Lab(
             "global_batch": Int(96, min=48, max=128, help="전역 배치 B (N으로 나누어떨어져야 함)"),
             "lr": Float(0.1, min=0.1, max=0.2, help="학습률 η"),
             "seed": seed(),
-            "ckpt_dir": Folder("", help="체크포인트 폴더 (비우면 저장하지 않음)"),
+            "ckpt_dir": Folder("", writes=FOLDER_FILES, help="체크포인트 폴더 (비우면 저장하지 않음)"),
             "fail_at_epoch": Int(0, min=0, max=20, help="이 에폭 중간에 랭크 하나를 죽인다 (0이면 고장 없음)"),
             "fresh": Bool(False, help="체크포인트 폴더의 옛 체크포인트를 지우고 처음부터 학습")},
     validate=validate,

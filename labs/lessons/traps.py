@@ -23,20 +23,35 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ..tools.comms import CollectiveCounter
 from ..context import RankContext, resolve_backend
-from ..ddp.traps import (TwoHeads, epoch_orders_bug, epoch_orders_fix, eval_rank0_bug, eval_rank0_fix,
-                         learning_rate_bug, learning_rate_fix, log_loss_bug, log_loss_fix, micro_step_bug,
-                         micro_step_fix, seeded_model_bug, seeded_model_fix, shape_model_bug, shape_model_fix)
+from ..ddp.traps import (
+    TwoHeads,
+    epoch_orders_bug,
+    epoch_orders_fix,
+    eval_rank0_bug,
+    eval_rank0_fix,
+    learning_rate_bug,
+    learning_rate_fix,
+    log_loss_bug,
+    log_loss_fix,
+    micro_step_bug,
+    micro_step_fix,
+    seeded_model_bug,
+    seeded_model_fix,
+    shape_model_bug,
+    shape_model_fix,
+)
 from ..errors import LabConfigError
 from ..launch import run
-from ..tools.models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
-from ..outcome import observe as outcome_of, observe_isolated as outcomes_isolated, stderr_to
+from ..outcome import observe as outcome_of
+from ..outcome import observe_isolated as outcomes_isolated
+from ..outcome import stderr_to
 from ..params import Choice, Float, Folder, Int, seed
-from ..tools.primitives import max_abs_diff
 from ..registry import Lab
-from ..result import LabResult, Summary, check_at_least, check_close, check_equal, check_true, \
-    not_applicable
+from ..result import LabResult, Summary, check_at_least, check_close, check_equal, check_true, not_applicable
+from ..tools.comms import CollectiveCounter
+from ..tools.models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.primitives import max_abs_diff
 
 TRAPS = ("no_sync", "unused", "eval_rank0", "set_epoch", "partial_collective", "shape", "lr_scaling", "seed")
 VARIANTS = ("bug", "fix")

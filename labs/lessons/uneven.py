@@ -14,20 +14,21 @@ ranks shadow those All-Reduces with zeros until every rank is done.
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
 from ..ddp.uneven import fix_gradients, pad_to
-from ..tools.models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 from ..params import Bool, Float, Int, seed
 from ..registry import Lab
-from ..result import Summary, check_at_least, check_close, check_equal
+from ..result import Check, Summary, check_at_least, check_close, check_equal, not_applicable
+from ..tools.comms import CollectiveCounter
+from ..tools.models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 
 FIXES = ("naive", "weighted", "drop_last", "pad")
 
@@ -83,7 +84,7 @@ def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch
     model = tiny_mlp()
     ddp = wrap_ddp(model, ctx.device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    steps, solo_diff = [], []
+    steps, solo_diff, solo_scale = [], [], []
     with CollectiveCounter() as counter:
         dist.barrier()  # 모든 랭크의 시계 0초를 맞춘다(타임라인용)
         began = time.perf_counter()
@@ -96,11 +97,12 @@ def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch
                 mse_backward(ddp, x[rows], y[rows])
                 if step >= others:  # 나머지 랭크가 모두 Join한 뒤: 혼자 남은 반복
                     solo_diff.append(float((flat_gradients(model) - local / ctx.world_size).abs().max()))
+                    solo_scale.append(float((local / ctx.world_size).abs().max()))
                 optimizer.step()
                 steps.append([t0, time.perf_counter() - began])
         left = time.perf_counter() - began  # Join을 빠져나온 시각: 모든 랭크가 끝난 뒤
     return {"iterations": len(steps), "steps": steps, "left_join": left, "all_reduce": counter.counts["all_reduce"],
-            "solo_diff": solo_diff, "fingerprint": fingerprint(model)}
+            "solo_diff": solo_diff, "solo_scale": solo_scale, "fingerprint": fingerprint(model)}
 
 
 class UnevenRecord(Described):
@@ -115,8 +117,21 @@ class UnevenRecord(Described):
 
 def rank_fn(ctx: RankContext, base_batch: int, extra: int, join_batches: int, extra_batches: int,
             join_batch: int, lr: float, seed: int, join: bool) -> UnevenRecord:
-    return {**ctx.describe(), **uneven_batches(ctx, base_batch, extra, seed),
-            "join": join_training(ctx, join_batches, extra_batches, join_batch, lr, seed, join)}
+    return cast(UnevenRecord, {**ctx.describe(), **uneven_batches(ctx, base_batch, extra, seed),
+                               "join": join_training(ctx, join_batches, extra_batches, join_batch, lr, seed, join)})
+
+
+def divides_by_initial_n(solo: list[float], scales: list[float], n: int, tol: float, lr: float) -> Check:
+    """The last rank's lone gradient is its own ÷ N, to ``tol`` times the gradient's size when that is over 1
+    (float32 rounds a diverging run's 1e16 gradients by 1e9); n/a when the run diverged to inf or NaN."""
+    if not all(math.isfinite(v) for v in solo + scales):
+        return not_applicable("join_divides_by_initial_n",
+                              f"학습률 η={lr:g}에서 학습이 발산해 그래디언트가 유한하지 않다(inf·NaN): 나누는 수를 잴 수 없다"
+                              "(lr를 줄이면 잰다)")
+    bound = tol * max(1.0, *scales)
+    return check_close("join_divides_by_initial_n", max(solo), 0.0, bound,
+                       f"혼자 남은 랭크의 그래디언트는 자기 그래디언트 ÷ N(={n})이다: 끝난 랭크는 0을 보태고, 나누는 수는 "
+                       f"처음의 N이다(최대 절대 차이, 허용 오차 {tol:g} × max(1, 그래디언트 크기))")
 
 
 class UnevenData(TypedDict):
@@ -131,7 +146,7 @@ class UnevenData(TypedDict):
     join_all_reduce: list[int]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[UnevenRecord], backend: str, params: dict[str, Any]) -> Summary[UnevenData]:
     n = len(ranks)
     tol = 1e-6
     worst = {k: max(r["max_diff"][k] for r in ranks) for k in FIXES}
@@ -160,10 +175,8 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                     "Join이 끝난 뒤 모든 랭크의 파라미터가 같다(지문 수)"),
     ]
     if n > 1 and solo:
-        checks.append(check_close("join_divides_by_initial_n", max(solo), 0.0, tol,
-                                  f"혼자 남은 랭크의 그래디언트는 자기 그래디언트 ÷ N(={n})이다: "
-                                  "끝난 랭크는 0을 보태고, 나누는 수는 처음의 N이다(최대 절대 차이)"))
-    data = {"counts": [r["n"] for r in ranks], "max_diff": worst, "tolerance": tol,
+        checks.append(divides_by_initial_n(solo, [s for j in joins for s in j["solo_scale"]], n, tol, params["lr"]))
+    data: UnevenData = {"counts": [r["n"] for r in ranks], "max_diff": worst, "tolerance": tol,
             "pad_vs_full": max(r["pad_vs_full"] for r in ranks), "grad_scale": ranks[0]["grad_scale"],
             "iterations": iterations, "join_all_reduce": [j["all_reduce"] for j in joins]}
     return Summary(data, checks)
@@ -171,12 +184,14 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
 
 LAB = Lab(
     name="uneven",
-    description="랭크마다 샘플 수가 다르면 그래디언트 평균이 전역 배치와 어긋나는 것과 그 해결책, 배치 수가 다를 때 Join이 멈춤을 막는 것을 확인",
+    description="랭크마다 샘플 수가 다르면 그래디언트 평균이 전역 배치와 어긋나는 것과 그 해결책, "
+                "배치 수가 다를 때 Join이 멈춤을 막는 것을 확인",
     rank_fn=rank_fn,
     summarize=summarize,
     default_nproc=3,
     chapter=7,
-    params={"base_batch": Int(4, min=1, max=64, help="랭크 0의 배치 (클수록 extra의 몫이 작아져 단순 평균의 어긋남이 반올림에 묻힌다: 64, extra 1에서 5e-4)"),
+    params={"base_batch": Int(4, min=1, max=64,
+                              help="랭크 0의 배치 (클수록 extra의 몫이 작아져 단순 평균의 어긋남이 반올림에 묻힌다: 64, extra 1에서 5e-4)"),
             "extra": Int(6, min=1, max=1024, help="마지막 랭크가 더 받는 샘플 수"),
             "join_batches": Int(2, min=1, max=50, help="Join 부분: 모든 랭크의 배치 수"),
             "extra_batches": Int(1, min=1, max=50, help="Join 부분: 마지막 랭크가 더 도는 배치 수"),

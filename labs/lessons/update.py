@@ -10,21 +10,40 @@ longer averaged and the replicas drift apart (the preview of chapter 11).
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 import torch
 
-from ..tools.comms import CollectiveCounter
 from ..context import Described, RankContext
-from ..tools.models import (fingerprint, fingerprint_tensors, flat_parameters, mse_backward, rank_batch,
-                      synthetic_regression, tiny_mlp, wrap_ddp)
 from ..params import Float, Int, seed
-from ..tools.primitives import make_optimizer
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
+from ..tools.comms import CollectiveCounter
+from ..tools.models import (
+    fingerprint,
+    fingerprint_tensors,
+    flat_parameters,
+    mse_backward,
+    rank_batch,
+    synthetic_regression,
+    tiny_mlp,
+    wrap_ddp,
+)
+from ..tools.primitives import make_optimizer
 
+Run = Literal["sgd", "adam", "no_sync"]
 # (이름, 옵티마이저, 그래디언트 동기화 여부)
-RUNS = (("sgd", "sgd", True), ("adam", "adam", True), ("no_sync", "sgd", False))
+RUNS: tuple[tuple[Run, str, bool], ...] = (("sgd", "sgd", True), ("adam", "adam", True), ("no_sync", "sgd", False))
+
+
+class TrainRun(TypedDict):
+    """One run of :func:`train` on one rank: after every step (and before the first)."""
+
+    params: list[list[float]]
+    fingerprints: list[str]
+    train_collectives: list[dict[str, int]]  # 스텝마다 순전파·역전파의 집합 통신 수
+    step_collectives: list[dict[str, int]]   # 스텝마다 optimizer.step()의 집합 통신 수
+    optimizer_state: str
 
 
 def optimizer_state_fingerprint(optimizer: torch.optim.Optimizer) -> str:
@@ -34,15 +53,15 @@ def optimizer_state_fingerprint(optimizer: torch.optim.Optimizer) -> str:
 
 
 def train(ctx: RankContext, optimizer: str, synced: bool, steps: int, per_rank_batch: int,
-          lr: float, seed: int) -> dict:
+          lr: float, seed: int) -> TrainRun:
     """``steps`` updates on this rank's B/N samples per step; records after every step."""
     torch.manual_seed(seed)
     model = wrap_ddp(tiny_mlp(), ctx.device)
     opt = make_optimizer(optimizer, model.parameters(), lr)
     x, y = synthetic_regression(steps * ctx.world_size * per_rank_batch, seed=seed)
     x, y = x.to(ctx.device), y.to(ctx.device)
-    record = {"params": [flat_parameters(model.module).tolist()], "fingerprints": [fingerprint(model.module)],
-              "train_collectives": [], "step_collectives": []}
+    record: TrainRun = {"params": [flat_parameters(model.module).tolist()], "fingerprints": [fingerprint(model.module)],
+                        "train_collectives": [], "step_collectives": [], "optimizer_state": ""}
     for step in range(steps):
         xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, step)  # 이 스텝 전역 배치 중 내 몫
         with CollectiveCounter() as in_fwd_bwd, (nullcontext() if synced else model.no_sync()):
@@ -61,34 +80,35 @@ def train(ctx: RankContext, optimizer: str, synced: bool, steps: int, per_rank_b
 class UpdateRecord(Described):
     """What each rank of the 'update' lab returns."""
 
-    sgd: dict[str, Any]
-    adam: dict[str, Any]
-    no_sync: dict[str, Any]
+    sgd: TrainRun
+    adam: TrainRun
+    no_sync: TrainRun
 
 
 def rank_fn(ctx: RankContext, steps: int, per_rank_batch: int, lr_sgd: float, lr_adam: float,
             seed: int) -> UpdateRecord:
     lr = {"sgd": lr_sgd, "adam": lr_adam}
-    runs = {name: train(ctx, opt, synced, steps, per_rank_batch, lr[opt], seed) for name, opt, synced in RUNS}
-    return {**ctx.describe(), **runs}
+    sgd, adam, no_sync = (train(ctx, opt, synced, steps, per_rank_batch, lr[opt], seed) for _, opt, synced in RUNS)
+    return {**ctx.describe(), "sgd": sgd, "adam": adam, "no_sync": no_sync}
 
 
-def max_rank_spread(ranks: list[dict], run: str) -> list[float]:
+def max_rank_spread(ranks: list[UpdateRecord], run: Run) -> list[float]:
     """Per step: the largest |w_rank − w_rank0| over all parameters and ranks."""
     params = [torch.tensor(r[run]["params"], dtype=torch.float64) for r in ranks]
     return [float(max((p[s] - params[0][s]).abs().max() for p in params)) for s in range(len(params[0]))]
 
 
-def distinct_fingerprints(ranks: list[dict], run: str) -> list[int]:
+def distinct_fingerprints(ranks: list[UpdateRecord], run: Run) -> list[int]:
     """Per step: how many different parameter fingerprints the ranks have (1 = bit-identical replicas)."""
     return [len({r[run]["fingerprints"][s] for r in ranks}) for s in range(len(ranks[0][run]["fingerprints"]))]
 
 
-def _collective_calls(ranks: list[dict], run: str, where: str) -> list[dict]:
+def _collective_calls(ranks: list[UpdateRecord], run: Run,
+                      where: Literal["train_collectives", "step_collectives"]) -> list[dict[str, int]]:
     return [c for r in ranks for c in r[run][where]]
 
 
-def _replica_checks(ranks: list[dict], run: str, label: str, spread: list[float]) -> list:
+def _replica_checks(ranks: list[UpdateRecord], run: Run, label: str, spread: list[float]) -> list:
     first, last = (torch.tensor(ranks[0][run]["params"][i]) for i in (0, -1))
     moved = float((last - first).abs().max())
     return [
@@ -101,7 +121,7 @@ def _replica_checks(ranks: list[dict], run: str, label: str, spread: list[float]
     ]
 
 
-def _communication_checks(ranks: list[dict]) -> list:
+def _communication_checks(ranks: list[UpdateRecord]) -> list:
     n = len(ranks)
     in_step = [c for run in ("sgd", "adam") for c in _collective_calls(ranks, run, "step_collectives")]
     training = [c for run in ("sgd", "adam") for c in _collective_calls(ranks, run, "train_collectives")]
@@ -127,12 +147,12 @@ class UpdateData(TypedDict):
     distinct_fingerprints: dict[str, list[int]]
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
-    spread = {run: max_rank_spread(ranks, run) for run, _, _ in RUNS}
+def summarize(ranks: list[UpdateRecord], backend: str, params: dict[str, Any]) -> Summary[UpdateData]:
+    spread: dict[str, list[float]] = {run: max_rank_spread(ranks, run) for run, _, _ in RUNS}
     checks = [*_replica_checks(ranks, "sgd", "SGD(모멘텀)", spread["sgd"]),
               *_replica_checks(ranks, "adam", "Adam", spread["adam"]),
               *_communication_checks(ranks)]
-    data = {"spread": spread, "distinct_fingerprints": {run: distinct_fingerprints(ranks, run) for run, _, _ in RUNS}}
+    data: UpdateData = {"spread": spread, "distinct_fingerprints": {run: distinct_fingerprints(ranks, run) for run, _, _ in RUNS}}
     return Summary(data, checks)
 
 

@@ -8,6 +8,8 @@ records:
 * memory by storage accounting (the distinct storages' ``nbytes``) for parameters, gradients and
   optimizer state after the last step: under DDP every rank holds the whole state, under ZeRO-1
   only the state of the parameters it owns (the assignment is recorded to check the exact sizes);
+  and DDP's own flat buckets (with its default ``gradient_as_bucket_view=False`` a second copy of
+  every gradient, under ZeRO-1 too, since it runs under DDP);
 * the parameters (compared on the rank, recorded as differences) and their fingerprint;
 * the collectives each ``optimizer.step()`` issued and the bytes they carried (numel × element size).
 
@@ -21,30 +23,40 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import torch
 
-from ..tools.comms import CollectiveCounter, carried_bytes
 from ..context import Described, RankContext
 from ..ddp import ShardedOptimizer
-from ..ddp.zero_bugs import NoShare, StepAllParams, WrongOwner
-from ..tools.models import (fingerprint, flat_parameters, layer_stack, mse_backward, rank_batch, storage_bytes,
-                      synthetic_regression, wrap_ddp)
+from ..ddp.zero_bugs import BUGS
 from ..params import Choice, Int
-from ..tools.optim_state import OPTIMIZERS, state_tensors, train_single, training_params
-from ..tools.primitives import ATOL, RTOL, max_abs_diff  # 5장과 같은 기준
 from ..registry import Lab
 from ..result import Summary, check_at_most, check_close, check_equal, not_applicable
+from ..tools.comms import CollectiveCounter, carried_bytes
+from ..tools.models import (
+    ddp_bucket_bytes,
+    fingerprint,
+    flat_parameters,
+    layer_stack,
+    mse_backward,
+    rank_batch,
+    storage_bytes,
+    synthetic_regression,
+    wrap_ddp,
+)
+from ..tools.optim_state import OPTIMIZERS, state_tensors, train_single, training_params
+from ..tools.primitives import ATOL, RTOL, max_abs_diff  # 5장과 같은 기준
 
 WRAPPERS = ("ddp", "sharded", "zero")  # 평범한 DDP, DDP + ShardedOptimizer, DDP + ZeroRedundancyOptimizer
 KINDS = ("params", "grads", "state")
 NEEDS_TWO_RANKS = ("sharded_replicas_identical", "assignment_same_on_every_rank")  # N=1이면 해당 없음
 
 
-SHARDED = {"none": ShardedOptimizer, "step_all_params": StepAllParams, "no_share": NoShare,
-           "wrong_owner": WrongOwner}
-# 실수마다 실패하는 확인(N=2): 테스트가 정확히 이 집합을 확인한다
+# mistake= 값마다 쓰는 클래스: 참조 구현과, 갤러리(labs/ddp/zero_bugs.py의 BUGS)에서 이 실습이 재는 실수
+SHARDED: dict[str, type[ShardedOptimizer]] = {"none": ShardedOptimizer,
+                                        **{bug.mistake: cls for cls, bug in BUGS.items() if bug.mistake}}
+# 실수마다 이 실습에서 실패하는 확인(N=2): 테스트가 정확히 이 집합을 확인한다
 MISTAKE_FAILS = {
     "step_all_params": {"sharded_state_matches_assignment"},
     "no_share": {"sharded_matches_single", "sharded_equals_ddp", "sharded_replicas_identical",
@@ -55,8 +67,9 @@ MISTAKE_FAILS = {
 
 # --- rank side -------------------------------------------------------------------------------------
 
-def build(wrapper: str, model: torch.nn.Module, opt: str, lr: float, mistake: str) -> torch.optim.Optimizer:
-    """The optimizer of ``wrapper`` (``sharded``, ``zero``; anything else: plain ``opt``) over ``model``."""
+def build(wrapper: str, model: torch.nn.Module, opt: str, lr: float, mistake: str) -> Any:
+    """The optimizer of ``wrapper`` (``sharded``, ``zero``; anything else: plain ``opt``) over ``model``: a
+    ShardedOptimizer (``owner``), torch's ZeroRedundancyOptimizer (``optim``, ``_param_to_rank``) or a torch optimizer."""
     cls, kwargs = OPTIMIZERS[opt]
     if wrapper == "sharded":
         return SHARDED[mistake](model.parameters(), cls, lr=lr, **kwargs)
@@ -84,7 +97,7 @@ def train(ctx: RankContext, wrapper: str, init: torch.nn.Module, batches: list, 
     params = list(model.parameters())
     memory = {"params": storage_bytes(params), "grads": storage_bytes(p.grad for p in params if p.grad is not None),
               "state": storage_bytes(state_tensors(optimizer.optim.state if wrapper == "zero" else optimizer.state))}
-    record = {"memory": memory, "steps": steps, "fingerprint": fingerprint(model)}
+    record: dict[str, Any] = {"memory": memory, "steps": steps, "fingerprint": fingerprint(model)}
     if wrapper == "sharded":
         record["owners"] = [optimizer.owner[p] for p in params]
     if wrapper == "zero":
@@ -96,6 +109,7 @@ class ZeRORecord(Described):
     """What each rank of the 'zero' lab returns."""
 
     numels: list[int]
+    ddp_buckets: dict[str, int]
     sgd: dict[str, dict[str, Any]]
     adamw: dict[str, dict[str, Any]]
 
@@ -109,7 +123,8 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps
     everyone = [rank_batch(x, y, 0, 1, n * per_rank_batch, s) for s in range(steps)]  # 한 프로세스: 전역 배치
     torch.manual_seed(seed)
     init = layer_stack(width, depth).to(ctx.device)
-    record = {**ctx.describe(), "numels": [p.numel() for p in init.parameters()]}
+    record: dict[str, Any] = {**ctx.describe(), "numels": [p.numel() for p in init.parameters()],
+                              "ddp_buckets": ddp_bucket_bytes(init, ctx.device, *mine[0])}
     for opt in OPTIMIZERS:
         single, ref = train_single(init, everyone, opt, lr)
         models, runs = {}, {}
@@ -121,7 +136,7 @@ def rank_fn(ctx: RankContext, width: int, depth: int, per_rank_batch: int, steps
                        for a, b in (("sharded", "single"), ("ddp", "single"), ("sharded", "ddp"), ("zero", "ddp"))}
         ref["max_abs_w"] = float(flat["single"].abs().max())
         record[opt] = {"single": ref, **runs}
-    return record
+    return cast(ZeRORecord, record)
 
 
 # --- summary -------------------------------------------------------------------------------------
@@ -146,9 +161,10 @@ class ZeROData(TypedDict):
     step_ops: dict[str, list[dict]]
     tolerance: float
     bytes_per_param: dict[str, dict[str, float]]
+    ddp_bucket_bytes: int
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[ZeRORecord], backend: str, params: dict[str, Any]) -> Summary[ZeROData]:
     n, numels = len(ranks), ranks[0]["numels"]
     total, n_tensors = sum(numels), len(numels)
     adamw = [r["adamw"] for r in ranks]
@@ -183,6 +199,9 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         check_equal("params_grads_whole_every_rank", whole, [4 * total],
                     f"세 방식 모두 모든 랭크가 파라미터와 그래디언트를 통째로 가진다: ZeRO-1은 이것을 나누지 않는다"
                     f"(랭크·방식별 바이트의 종류, 4 × {total})"),
+        check_equal("ddp_buckets_copy_the_gradients", sorted({b for r in ranks for b in r["ddp_buckets"].values()}),
+                    [4 * total], "기본 DDP(gradient_as_bucket_view=False)는 그래디언트와 따로 그래디언트 전체 크기의 평평한 "
+                    f"버킷을 가진다: 버킷 바이트 = 그래디언트 바이트 = 4 × {total}(랭크마다, 통신 훅이 받은 버킷 텐서의 저장소)"),
         check_equal("ddp_state_equals_single", sorted(set(memory["adamw"]["ddp"]["state"])), [single_state],
                     "평범한 DDP: 모든 랭크의 AdamW 상태 바이트가 한 프로세스와 같다. N이 늘어도 줄지 않는다"),
         check_equal("sharded_state_matches_assignment", memory["adamw"]["sharded"]["state"], expected["sharded"],
@@ -226,17 +245,18 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
                         len({tuple(r["adamw"]["sharded"]["owners"]) for r in ranks}), 1,
                         "모든 랭크가 통신 없이 같은 배정을 계산한다(서로 다른 배정의 수)"),
         ]
-    # 파라미터 하나의 바이트(13.2절 메모리 계산기가 쓰는 값): DDP 랭크 0의 파라미터·그래디언트와 한 프로세스의
+    # 파라미터 하나의 바이트(13.2절 메모리 계산기가 쓰는 값): DDP 랭크 0의 파라미터·그래디언트·버킷과 한 프로세스의
     # 원소별 옵티마이저 상태(텐서마다 스칼라 하나인 step은 파라미터 수와 무관하므로 뺀다)
     bytes_per_param = {opt: {"params": memory[opt]["ddp"]["params"][0] / total,
                              "grads": memory[opt]["ddp"]["grads"][0] / total,
+                             "buckets": ranks[0]["ddp_buckets"]["buckets"] / total,
                              "state": ranks[0][opt]["single"]["elementwise_state"] / total} for opt in OPTIMIZERS}
-    data = {"n_params": total, "n_tensors": n_tensors, "memory": memory, "single_state_bytes": single_state,
+    data: ZeROData = {"n_params": total, "n_tensors": n_tensors, "memory": memory, "single_state_bytes": single_state,
             "expected_state": expected, "state_fraction": {w: max(memory["adamw"][w]["state"]) / single_state
                                                            for w in WRAPPERS},
             "shard_elements": shard_elements, "diffs": diffs, "step_bytes": step_bytes,
             "step_ops": {w: [dict(o) for o in ops] for w, ops in step_ops.items()}, "tolerance": tol,
-            "bytes_per_param": bytes_per_param}
+            "bytes_per_param": bytes_per_param, "ddp_bucket_bytes": ranks[0]["ddp_buckets"]["buckets"]}
     return Summary(data, checks)
 
 

@@ -86,7 +86,9 @@ class CollectiveCounter:
         # The profiler's raw (kineto) events, not ``function_events``: that property turns every
         # recorded event (thousands per training step) into a Python object with its call tree,
         # which cost more than the training itself; only the process group's work items are needed.
-        events = sorted((e for e in self._prof.kineto_results.events() if not e.is_hidden_event()),
+        results = self._prof.kineto_results
+        assert results is not None, "the profiler ran"
+        events = sorted((e for e in results.events() if not e.is_hidden_event()),
                         key=lambda e: e.start_ns())
         self.marks = [(e.name(), e.start_ns()) for e in events if e.name().startswith(MARK_PREFIX)]
         self.launches = [(e.name().removeprefix(LAUNCH_PREFIX).rstrip("_"), e.start_ns())

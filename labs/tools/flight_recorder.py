@@ -24,7 +24,7 @@ _LOGGER = "Flight Recorder"  # torch.distributed.flight_recorder's logger: the a
 
 def dump() -> bytes:
     """This rank's flight-recorder dump (collectives, no stack traces, finished ones too)."""
-    return torch._C._distributed_c10d._dump_fr_trace(True, False, False)
+    return torch._C._distributed_c10d._dump_fr_trace(True, False, False)  # type: ignore[attr-defined]  # not in the stubs
 
 
 def write(folder: Path, dumps: list[bytes]) -> list[str]:

@@ -3,8 +3,14 @@ wrappers (DDP, FSDP2) and what a rank stores for them."""
 
 from __future__ import annotations
 
+from typing import Any, Callable, cast
+
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import Dataset
+
+from .primitives import device_ids
 
 
 def tiny_mlp(in_features: int = 4, hidden: int = 8, out_features: int = 2) -> nn.Module:
@@ -74,13 +80,31 @@ def rank_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world_size: int, per
     return x[start:start + per_rank_batch], y[start:start + per_rank_batch]
 
 
-def wrap_ddp(model: nn.Module, device: torch.device, **ddp_kwargs) -> nn.Module:
+def wrap_ddp(model: nn.Module, device: torch.device, **ddp_kwargs: Any) -> DistributedDataParallel:
     """Move ``model`` to ``device`` and wrap it in DDP (one GPU per rank with CUDA, as torchrun does)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    from .primitives import device_ids
-
     return DistributedDataParallel(model.to(device), device_ids=device_ids(device), **ddp_kwargs)
+
+
+def ddp_bucket_bytes(model: nn.Module, device: torch.device, x: torch.Tensor, y: torch.Tensor) -> dict[str, int]:
+    """DDP with its defaults (``gradient_as_bucket_view=False``) over a copy of ``model``, two backwards on ``(x, y)``:
+    the bytes of the reducer's flat buckets (recorded by a comm hook that then all-reduces as the default does)
+    and of the gradients beside them."""
+    import copy
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ddp = wrap_ddp(copy.deepcopy(model), device)
+    buckets: dict[int, torch.Tensor] = {}
+
+    def recording_allreduce(state, bucket):
+        buckets[bucket.index()] = bucket.buffer()  # 리듀서가 All-Reduce 하는 평평한 버킷 텐서 그 자체
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, recording_allreduce)
+    for _ in range(2):  # 둘째 역전파는 다시 짠 버킷으로(7.7절)
+        ddp.zero_grad(set_to_none=True)
+        mse_backward(ddp, x, y)
+    return {"buckets": storage_bytes(buckets.values()), "grads": storage_bytes(p.grad for p in ddp.parameters())}
 
 
 def storage_bytes(tensors) -> int:
@@ -114,13 +138,21 @@ def held(tensors) -> dict:
     return {"numel": sum(t.numel() for t in local), "bytes": sum(t.numel() * t.element_size() for t in local)}
 
 
-def shard_with_fsdp(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
-    """FSDP2: shard every Linear layer, then the root (bottom-up, as the PyTorch docs ask)."""
+def shard_with_fsdp(model: nn.Module, device: torch.device, world_size: int,
+                    wrap: Callable[[nn.Module], bool] | None = None) -> nn.Module:
+    """FSDP2: shard every Linear layer (or every child ``wrap`` accepts), then the root (bottom-up, as the
+    PyTorch docs ask)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(device.type, (world_size,))
-    for layer in model:
-        if isinstance(layer, nn.Linear):
+    for layer in model.children():
+        if wrap(layer) if wrap is not None else isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
+    fully_shard(model, mesh=mesh)  # the module itself, now an FSDPModule too
+    return model
+
+
+def index_dataset(size: int) -> Dataset[int]:
+    """The dataset ``range(size)`` (sample i is the index i): DistributedSampler reads only its length."""
+    return cast("Dataset[int]", range(size))

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from ..params import Float, Int, Spec, seed
 from .models import mse_backward, storage_bytes
 
-OPTIMIZERS = {"sgd": (torch.optim.SGD, {"momentum": 0.9}), "adamw": (torch.optim.AdamW, {"weight_decay": 0.01})}
+OPTIMIZERS: dict[str, tuple[type[Any], dict[str, Any]]] = {  # name -> (torch.optim class, its arguments)
+    "sgd": (torch.optim.SGD, {"momentum": 0.9}), "adamw": (torch.optim.AdamW, {"weight_decay": 0.01})}
 
 
 def state_tensors(state: dict, params=None) -> list[torch.Tensor]:
@@ -20,9 +23,10 @@ def state_tensors(state: dict, params=None) -> list[torch.Tensor]:
     return [v for k in keys for v in state[k].values() if torch.is_tensor(v)]
 
 
-def elementwise_state(state: dict, params: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def elementwise_state(state: dict, params: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The optimizer state tensors shaped like their parameter (moments), and the rest (``step`` scalars)."""
-    per_element, per_tensor = [], []
+    per_element: list[torch.Tensor] = []
+    per_tensor: list[torch.Tensor] = []
     for p in params:
         for v in state.get(p, {}).values():
             if torch.is_tensor(v):
@@ -39,7 +43,7 @@ def train_single(init: torch.nn.Module, batches: list, opt: str, lr: float) -> t
         optimizer.zero_grad(set_to_none=True)
         mse_backward(model, x, y)
         optimizer.step()
-    by_key = Counter()
+    by_key: Counter[str] = Counter()
     for s in optimizer.state.values():
         by_key.update({k: storage_bytes([v]) for k, v in s.items() if torch.is_tensor(v)})
     params = list(model.parameters())

@@ -69,7 +69,8 @@ def _page_figure(fig: go.Figure) -> tuple[go.Figure, str, dict[str, str]]:
 
 # plotly writes every non-ASCII character of the figure JSON as \uXXXX; Hangul syllables are safe in the
 # page's UTF-8 script as they are (none of them is a quote, a backslash or part of "</script>").
-_HANGUL_ESCAPE = re.compile(r"\\u([aAbBcCdD][0-9a-fA-F]{3})(?<=\\u[aA][c-fC-F][0-9a-fA-F]{2}|\\u[b-cB-C][0-9a-fA-F]{3}|\\u[dD][0-7][0-9a-fA-F]{2})")
+_HANGUL_ESCAPE = re.compile(r"\\u([aAbBcCdD][0-9a-fA-F]{3})"
+                            r"(?<=\\u[aA][c-fC-F][0-9a-fA-F]{2}|\\u[b-cB-C][0-9a-fA-F]{3}|\\u[dD][0-7][0-9a-fA-F]{2})")
 SIGNIFICANT_DIGITS = 8  # 그림 안의 수: 화면·마우스 설명에서 구별되는 것보다 많은 자리
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import html_table
 
 # (장, 주장, 실행 이름(RUNS), 확인 항목, 측정값의 뜻)
@@ -32,9 +34,14 @@ SUMMARY = (
      "All-Reduce한 마이크로 스텝"),
     ("11장 오해", "DDP는 모델을 나누지 않는다", "myths", "ddp_full_params_every_rank", "랭크마다 가진 파라미터 수"),
     ("11장 오해", "동기화하지 않으면 복제본이 갈라진다", "myths", "unsynced_drift_grows", "마지막 스텝의 최대 L2 거리"),
+    ("13장 메모리", "ZeRO-1은 랭크마다 자기 몫의 옵티마이저 상태만 둔다", "zero", "sharded_state_matches_assignment",
+     "랭크별 AdamW 상태 바이트"),
+    ("13장 메모리", "FSDP는 랭크마다 가중치의 샤드만 저장한다", "fsdp", "params_shard_bytes", "랭크가 저장한 파라미터 바이트"),
+    ("13장 메모리", "샤딩한 상태를 모아 저장하고 재개하면 끊기지 않은 학습과 같다", "sharded_checkpoint",
+     "consolidated_resume_equals_uninterrupted", "파라미터 최대 차이"),
 )
 # 실행 이름 → (실습, 인자): 인자가 없으면 실습 이름 그대로 기본 인자로 실행한다
-RUNS = {name: (name, {}) for name in dict.fromkeys(run for _, _, run, _, _ in SUMMARY)}
+RUNS: dict[str, tuple[str, dict[str, Any]]] = {name: (name, {}) for name in dict.fromkeys(run for _, _, run, _, _ in SUMMARY)}
 RUNS["traps no_sync"] = ("traps", {"trap": "no_sync", "variant": "fix"})
 
 
@@ -45,11 +52,17 @@ def _fmt(value) -> str:
 
 
 def course_summary_table(runs: dict):
-    """The course's core claims with the values measured by ``runs`` ({run name of RUNS: LabResult})."""
+    """The course's core claims with the values measured by ``runs`` ({run name of RUNS: LabResult}), as two
+    tables (chapters 1–7, then 8 on) so neither grows taller than a screenful or two."""
+    from IPython.display import HTML
+
     rows = []
     for chapter, claim, run, check, meaning in SUMMARY:
         c = runs[run].checks[check]
-        rows.append([chapter, claim, f"{runs[run].lab} (N={runs[run].world_size})", check,
+        rows.append([chapter, claim, f"{check} ({runs[run].lab}, N={runs[run].world_size})",
                      f"{meaning}: {_fmt(c.value)}" + ("" if c.ok else " (실패)")])
-    return html_table(["장", "주장", "실습 (N)", "확인 항목", "측정값"], rows,
-                      caption="코스 요약: 장마다의 핵심 주장과 이 페이지를 빌드할 때 측정한 값")
+    split = next(i for i, (chapter, *_) in enumerate(SUMMARY) if chapter.startswith("8장"))
+    headers = ["장", "주장", "확인 항목 (실습, N)", "측정값"]
+    caption = "코스 요약 ({}): 장마다의 핵심 주장과 이 페이지를 빌드할 때 측정한 값"
+    return HTML(html_table(headers, rows[:split], caption.format("1–7장")).data
+                + html_table(headers, rows[split:], caption.format("8–13장")).data)

@@ -14,7 +14,7 @@ from ..lessons.bench.report import variant_label
 from ..result import LabResult
 from . import html_table, rank_color
 from .allreduce import calculator_style
-from .internals import _base_layout
+from .internals import base_layout
 
 COMPUTE_COLOR = "#9AA0A6"
 WAIT_COLOR = "#9AA0A6"
@@ -90,7 +90,7 @@ def allreduce_figure(results: list[LabResult]) -> go.Figure:
         {"label": "busbw와 상한", "method": "update", "args": [{"visible": _views(traces, "busbw")},
                                                              {**busbw_axis, "title.text": _TITLES["busbw"]}]},
     ]
-    return _base_layout(
+    return base_layout(
         fig, _title(_TITLES["time"]), 620,
         xaxis={"type": "log", "title": {"text": "메시지 크기 S (바이트, 로그 눈금)"}, **tick},
         yaxis={"type": "log", "dtick": 1, "exponentformat": "none", "tickformat": "~g",
@@ -149,7 +149,7 @@ def pipeline_timeline_figure(result: LabResult) -> go.Figure:
         buttons.append({"label": TIMELINE_VIEWS[view], "method": "update",
                         "args": [{"visible": visible}, {"title.text": timeline_title(timeline[view])}]})
     longest = max(timeline[v]["total_us"] for v in views) / 1e3
-    return _base_layout(
+    return base_layout(
         fig, _title(timeline_title(timeline[views[0]])), 330, barmode="overlay",
         xaxis={"title": {"text": "All-Reduce를 시작한 뒤의 시각 (ms)"}, "range": [0, longest * 1.02]},
         yaxis={"automargin": True, "categoryorder": "array", "categoryarray": list(reversed(_LANES))},
@@ -162,6 +162,7 @@ def ddp_step_figure(results: list[LabResult]) -> go.Figure:
     communication added on top; one set of bars per N, chosen with buttons."""
     fig = go.Figure()
     buttons = []
+    first_title = ""
     for i, result in enumerate(results):
         d = result.data["ddp"]
         rows = list(reversed(d["rows"]))  # 가로 막대: 위에서부터 표의 순서대로
@@ -178,12 +179,13 @@ def ddp_step_figure(results: list[LabResult]) -> go.Figure:
                              hovertemplate="%{y}<br>통신이 더한 시간 %{x:.1f} ms<extra></extra>"))
         vis = [j // 2 == i for j in range(2 * len(results))]
         title = f"N={result.world_size}: 한 스텝의 시간"
+        first_title = first_title or title
         buttons.append({"label": f"N={result.world_size}", "method": "update",
                         "args": [{"visible": vis}, {"title.text": title,
                                                     "xaxis.range": [0, _longest(result) * 1.9]}]})
     first = results[0]
-    return _base_layout(
-        fig, _title(buttons[0]["args"][1]["title.text"]), 500, barmode="stack",
+    return base_layout(
+        fig, _title(first_title), 500, barmode="stack",
         xaxis={"title": {"text": "한 스텝의 시간 (ms, 중앙값)"}, "range": [0, _longest(first) * 1.9]},
         yaxis={"automargin": True},
         legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0},

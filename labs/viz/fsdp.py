@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..ddp.fsdp_bugs import BUGS
 from . import html_table
-from .zero import _kib, failed_checks
+from .zero import failed_checks, kib
 
 EVENT_LABELS = {"gather_forward": "모음(순)", "free_forward": "버림(순)", "gather_backward": "모음(역)",
                 "free_backward": "버림(역)"}
-# 13.4절의 실수: 무엇을 잘못하는가 (labs/lessons/fsdp.py의 SHARDED)
-MISTAKES = {
-    "sum_not_average": "Reduce-Scatter의 합을 N으로 나누지 않는다",
-    "free_before_backward": "순전파 뒤 버린 가중치를 역전파 전에 다시 모으지 않는다",
-    "grads_in_compute_dtype": "샤드를 bfloat16으로 둔다(그래디언트도 bfloat16)",
-}
+# 13.4절의 실수: fsdp 실습의 mistake= 값 → 무엇을 잘못하는가 (갤러리의 표 labs/ddp/fsdp_bugs.py의 BUGS와, 인자로 만드는 실수)
+MISTAKES = {**{bug.mistake: bug.claim for bug in BUGS.values() if bug.mistake},
+            "shard_by_class": "나눌 층을 클래스(nn.Linear, nn.Embedding)로 고른다: 직접 만든 선형 층의 모델"}
 # 표에 쓰는 짧은 주장 (확인의 전체 설명은 접힌 확인 표에 있다)
 CLAIMS = {
     "backward_completes": "역전파가 끝난다",
@@ -29,6 +27,10 @@ CLAIMS = {
     "bf16_grads_stored_fp32": ".grad가 float32다",
     "bf16_communication": "통신이 bfloat16이다",
     "bf16_close_to_fp32": "bfloat16 결과가 float32에 가깝다",
+    "params_shard_bytes": "랭크마다 샤드만 저장한다",
+    "every_matrix_sharded": "모든 가중치 행렬을 나눈다",
+    "sharded_norm_matches_single": "그래디언트 노름이 한 프로세스와 같다",
+    "plain_clip_norm_is_local": "clip_grad_norm_의 노름이 랭크마다 다르다",
 }
 
 
@@ -37,7 +39,7 @@ def memory_table(runs: dict):
     rows = []
     for n, result in sorted(runs.items()):
         held = result.data["params_bytes"]
-        rows.append([n, _kib(held["ddp"]), _kib(held["ours"]), _kib(result.data["peak_bytes"]), _kib(held["torch"]),
+        rows.append([n, kib(held["ddp"]), kib(held["ours"]), kib(result.data["peak_bytes"]), kib(held["torch"]),
                      f"{held['ours'] / held['ddp']:.0%}"])
     first = next(iter(runs.values())).data
     return html_table(["N", "DDP", "FullyShardedDP: 저장", "FullyShardedDP: 한 스텝의 최대", "fully_shard: 저장",

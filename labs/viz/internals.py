@@ -19,7 +19,7 @@ def cap_label(cap: str) -> str:
     return "기본값" if cap == "default" else f"{cap} MiB"
 
 
-def _base_layout(fig: go.Figure, title: str | dict, height: int, **layout) -> go.Figure:
+def base_layout(fig: go.Figure, title: str | dict, height: int, **layout) -> go.Figure:
     """Shared look; ``title`` is the text, or a full plotly title dict."""
     title = title if isinstance(title, dict) else {"text": title, "font": {"size": 15}}
     base = {"height": height, "title": title, "font": FONT,
@@ -61,7 +61,7 @@ def bucket_count_figure(rows: list[dict]) -> go.Figure:
     labels = [f"{it + 1}번째" for it in range(iterations)]
     titles = ["첫 반복: 버킷을 아직 다시 만들기 전이라 cap과 상관없이 버킷 하나로 보낸다"] + [
         f"{it + 1}번째 반복: 첫 역전파의 순서로 다시 만든 버킷마다 All-Reduce 한 번" for it in range(1, iterations)]
-    return _base_layout(
+    return base_layout(
         fig, titles[-1], 430,
         xaxis={"title": {"text": "bucket_cap_mb (버킷 크기 상한)"}, "type": "category"},
         yaxis={"title": {"text": "역전파 한 번의 All-Reduce 횟수"}, "range": [0, top * 1.2], "dtick": 2},
@@ -161,7 +161,7 @@ def overlap_timeline_figure(rank: dict, active: int | None = None) -> go.Figure:
                       yaxis={"categoryorder": "array", "categoryarray": first["yaxis.categoryarray"],
                              "autorange": "reversed"})
     most = max(len(run["timeline"]["buckets"]) for run in runs)
-    return _base_layout(
+    return base_layout(
         fig, first["title.text"], 210 + 26 * (most + 2),
         xaxis={"title": {"text": "순전파 시작부터의 시간 (ms)"}, "rangemode": "tozero"},
         sliders=[_slider([cap_label(run["cap"]) for run in runs], [update(j) for j in range(len(runs))],
@@ -219,7 +219,7 @@ def sample_weight_figure(counts: list[int], max_diff: dict, pad_vs_full: float) 
     top = max(max(max(w) for w in sample_weights(counts, fix)) for fix in fixes)
     fig.add_hline(y=1.0, line={"color": PREDICT_COLOR, "dash": "dash"},
                   annotation_text="전역 배치에서의 가중치", annotation_position="top right")
-    return _base_layout(
+    return base_layout(
         fig, {"text": f"{FIX_LABELS['naive']}<br>{gaps['naive']}", "font": {"size": 14}, "y": 0.97,
               "yanchor": "top"}, 500, bargap=0.1,
         margin={"l": 10, "r": 10, "t": 105, "b": 10},
@@ -251,7 +251,7 @@ def join_timeline_figure(ranks: list[dict]) -> go.Figure:
                              hovertemplate=f"{lane}: 배치를 다 쓰고 Join이 남은 랭크의 All-Reduce를 대신 맞춰 주는 구간"
                                            "<extra></extra>"))
     fig = go.Figure(traces)
-    return _base_layout(
+    return base_layout(
         fig, "Join 안의 학습: 색 막대는 자기 배치로 한 반복, 빗금은 끝난 뒤 남의 All-Reduce에 참여한 구간",
         150 + 45 * len(ranks), barmode="overlay",
         xaxis={"title": {"text": "Join 시작부터의 시간 (ms)"}, "rangemode": "tozero"},

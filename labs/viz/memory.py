@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -13,10 +14,12 @@ from .. import memory
 from . import RANK_COLORS
 
 _ASSETS = Path(__file__).resolve().parent.parent
-KIND_NAMES = {"params": "파라미터", "grads": "그래디언트", "state": "옵티마이저 상태", "activations": "활성값(추정)"}
-KIND_COLORS = dict(zip(memory.KINDS, (RANK_COLORS[0], RANK_COLORS[1], RANK_COLORS[2], RANK_COLORS[5])))
-DEFAULTS = {"preset": "7B", "precision": "bf16_mixed", "optimizer": "adamw", "gpus": 8, "strategy": "ddp",
-            "batch": 1, "seq": 2048}
+KIND_NAMES = {"params": "파라미터", "grads": "그래디언트", "buckets": "DDP 버킷(그래디언트 사본)", "state": "옵티마이저 상태",
+              "activations": "활성값(추정)"}
+KIND_COLORS = dict(zip(memory.KINDS, (RANK_COLORS[0], RANK_COLORS[1], RANK_COLORS[3], RANK_COLORS[2], RANK_COLORS[5])))
+BUCKET_VIEW = {"false": "사본 있음 (gradient_as_bucket_view=False, 기본값)", "true": "사본 없음 (gradient_as_bucket_view=True)"}
+DEFAULTS: dict[str, Any] = {"preset": "7B", "precision": "bf16_mixed", "optimizer": "adamw", "gpus": 8, "strategy": "ddp",
+                            "batch": 1, "seq": 2048}
 
 
 def _select(name: str, label: str, options: dict[str, str], chosen: str) -> str:
@@ -42,7 +45,8 @@ def calculator(measured: dict, div_id: str = "memory-calculator"):
     training = "".join([
         _select("precision", "정밀도", memory.PRECISIONS, DEFAULTS["precision"]),
         _select("optimizer", "옵티마이저", memory.OPTIMIZERS, DEFAULTS["optimizer"]),
-        _select("strategy", "전략", {k: label for k, (label, _) in memory.STRATEGIES.items()}, DEFAULTS["strategy"]),
+        _select("strategy", "전략", {k: label for k, (label, *_) in memory.STRATEGIES.items()}, DEFAULTS["strategy"]),
+        _select("bucket_view", "DDP의 그래디언트 버킷", BUCKET_VIEW, "false"),
         _number("gpus", "GPU 수 N", DEFAULTS["gpus"], "1"),
         _number("batch", "GPU당 배치 b", DEFAULTS["batch"], "0"), _number("seq", "시퀀스 길이 s", DEFAULTS["seq"], "0")])
     config = json.dumps(memory.calculator_config(measured), ensure_ascii=False).replace("</", "<\\/")
@@ -58,11 +62,12 @@ def calculator(measured: dict, div_id: str = "memory-calculator"):
 
 
 def breakdown_figure(measured: dict, *, precision: str, optimizer: str, n_params: float, gpus: int, batch: int,
-                     seq: int, hidden: int, layers: int) -> go.Figure:
+                     seq: int, hidden: int, layers: int, bucket_view: bool = False) -> go.Figure:
     """Stacked bars (GB per GPU by kind) for every strategy, against the GPU memory lines."""
     per_param = measured[precision][optimizer]
-    held = {key: memory.per_gpu(per_param, n_params, gpus, key, batch, seq, hidden, layers) for key in memory.STRATEGIES}
-    labels = [label for label, _ in memory.STRATEGIES.values()]
+    held = {key: memory.per_gpu(per_param, n_params, gpus, key, batch, seq, hidden, layers, bucket_view)
+            for key in memory.STRATEGIES}
+    labels = [label for label, *_ in memory.STRATEGIES.values()]
     fig = go.Figure([go.Bar(name=KIND_NAMES[k], y=labels, x=[held[s][k] / memory.GB for s in held], orientation="h",
                             marker_color=KIND_COLORS[k]) for k in memory.KINDS])
     for gb in memory.GPU_GB:

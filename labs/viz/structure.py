@@ -10,6 +10,7 @@ from . import WAITING_COLOR, html_table, rank_color
 
 # --- 1장: 데이터셋이 랭크로 나뉘는 모습 -------------------------------------------------------
 
+
 def _split_points(shards: list[list[int]], dataset_size: int, n_points: int) -> dict:
     """Marker positions for one split: a sample's first copy keeps its marker; padding copies
     (DistributedSampler repeats leading samples of the shuffled dataset so every rank gets
@@ -41,12 +42,16 @@ def _split_points(shards: list[list[int]], dataset_size: int, n_points: int) -> 
 
 
 def _count_labels(shards: list[list[int]], max_ranks: int) -> dict:
-    x, y, text, seen = [], [], [], set()
+    x: list[float] = []
+    y: list[float] = []
+    text: list[str] = []
+    seen: set[int] = set()
     for rank in range(max_ranks):
         shard = shards[rank] if rank < len(shards) else []
         x.append(len(shard) - 0.4)
         y.append(float(rank + 1))
-        dup = sum(1 for sample in shard if sample in seen or seen.add(sample))
+        dup = len(shard) - len(set(shard) - seen)  # 앞 랭크들이 이미 받은 샘플
+        seen.update(shard)
         text.append(f"{len(shard)}개" + (f" (중복 {dup})" if dup else "") if shard else "")
     return {"x": x, "y": y, "text": text}
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import html
 import re
+from typing import Any
 
 import plotly.graph_objects as go
 from IPython.display import HTML
 
 from . import html_table, rank_color
 
-def measured(result) -> dict:
+
+def measured(result) -> dict[str, Any]:
     """What a ``traps`` run measured (its data keeps it under ``measured``, the same for every trap)."""
     return result.data["measured"]
 
@@ -110,7 +112,8 @@ def detail_reading(result) -> str:
         shape = f", 텐서 모양 {', '.join(fp['shapes'])}" if fp["shapes"] else ", 텐서 모양 없음"
         parts.append(f"랭크 {fp['rank']}: 순번 {fp['seq']}의 {fp['op']}{shape}")
     if not parts:  # 예외가 아니라 다른 끝(프로세스가 죽음 등): 읽을 지문이 없다. 확인 항목 outcome이 그것을 잡는다
-        return f"이번 실행에서는 랭크별 지문을 적은 예외 문장이 나오지 않았습니다(결과: {KIND_WORDS.get(measured(result).get('kind'), '?')})."
+        kind = KIND_WORDS.get(str(measured(result).get("kind")), "?")
+        return f"이번 실행에서는 랭크별 지문을 적은 예외 문장이 나오지 않았습니다(결과: {kind})."
     return "이번 실행의 예외가 말하는 것 — " + "; ".join(parts) + "."
 
 

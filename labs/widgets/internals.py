@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..launch import run
 from ..errors import LabConfigError
+from ..launch import run
 from ..lessons.buckets import LAB
 from ..viz.internals import bucket_count_figure, overlap_timeline_figure
 from . import launch_panel

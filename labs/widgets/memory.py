@@ -7,7 +7,7 @@ from ..viz.memory import DEFAULTS, breakdown_figure
 
 
 def memory_explorer(measured: dict):
-    """Model preset, precision, optimizer, N, micro-batch and sequence length; the bytes per GPU of each
+    """Model preset, precision, optimizer, N, micro-batch, sequence length and DDP's bucket copy; the bytes per GPU of each
     strategy redrawn on every change, from the bytes per parameter the labs measured (``measured``)."""
     import ipywidgets as widgets
 
@@ -21,6 +21,7 @@ def memory_explorer(measured: dict):
     gpus = widgets.BoundedIntText(value=DEFAULTS["gpus"], min=1, max=100_000, description="N (GPU 수)", style=style)
     batch = widgets.BoundedIntText(value=DEFAULTS["batch"], min=0, max=4096, description="GPU당 배치 b", style=style)
     seq = widgets.BoundedIntText(value=DEFAULTS["seq"], min=0, max=1_048_576, description="시퀀스 길이 s", style=style)
+    bucket_view = widgets.Checkbox(value=False, description="gradient_as_bucket_view=True (DDP 버킷 사본 없음)", style=style)
     out = widgets.Output()
 
     def redraw(_=None):
@@ -28,9 +29,10 @@ def memory_explorer(measured: dict):
         with out:
             out.clear_output(wait=True)
             breakdown_figure(measured, precision=precision.value, optimizer=optimizer.value, n_params=n_params,
-                             gpus=gpus.value, batch=batch.value, seq=seq.value, hidden=hidden, layers=layers).show()
+                             gpus=gpus.value, batch=batch.value, seq=seq.value, hidden=hidden, layers=layers,
+                             bucket_view=bucket_view.value).show()
 
-    controls = [preset, precision, optimizer, gpus, batch, seq]
+    controls = [preset, precision, optimizer, gpus, batch, seq, bucket_view]
     for control in controls:
         control.observe(redraw, names="value")
     redraw()

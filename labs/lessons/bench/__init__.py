@@ -23,10 +23,10 @@ training step the chapter shows are in :mod:`labs.ddp.cost_model` and :mod:`labs
 
 from __future__ import annotations
 
+from ...ddp.ring import SEGMENT_BYTES
 from ...errors import LabConfigError
 from ...params import Float, Int, ListOf, seed
 from ...registry import Lab
-from ...ddp.ring import SEGMENT_BYTES
 from . import report
 from .measure import CAPS, QUICK, SIZES, BenchRecord, rank_fn
 from .summary import BenchData, summarize

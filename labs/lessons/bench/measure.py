@@ -8,24 +8,26 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
-from ...tools.comms import CollectiveCounter, written_bytes
 from ...context import Described, RankContext
-from ...ddp.step import allreduce_each_gradient, train_step
-from ...tools.models import count_parameters, layer_stack, wrap_ddp
-from ...params import Int, ListOf
-from ...tools.primitives import sync
+from ...ddp.allreduce import average_gradients
 from ...ddp.ring import P2P, pipelined_ring_all_reduce_, ring_all_reduce_
+from ...ddp.step import make_train_step
+from ...params import Int, ListOf
+from ...tools.comms import CollectiveCounter, written_bytes
+from ...tools.models import count_parameters, layer_stack, wrap_ddp
+from ...tools.primitives import sync
 from ...tools.timing import time_calls
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 SIZES_QUICK = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
 CAPS = (0.1, 1.0, 25.0, 100.0)
-QUICK = {"sizes": SIZES_QUICK, "repeats": 5, "warmup": 2, "memcpy_mb": 16, "ddp_steps": 8}
+QUICK: dict[str, Any] = {"sizes": SIZES_QUICK, "repeats": 5, "warmup": 2, "memcpy_mb": 16, "ddp_steps": 8}
 IMPLS = ("library", "ring", "pipelined")  # 라이브러리, 4장의 링, 세그먼트로 파이프라이닝한 링
 CHECK_NUMEL = 100_003  # 정확성 확인용 크기: N으로도, 세그먼트 원소 수로도 나누어떨어지지 않는다
 CHECK_SEGMENT_BYTES = 4096  # 정확성 확인에서는 세그먼트를 작게 잘라 청크마다 여러 개가 되게 한다
@@ -138,7 +140,6 @@ def pipelined_socket_bytes(ctx: RankContext, size: int, segment_bytes: int) -> d
             "written": None if before is None or after is None else after - before}
 
 
-
 ACCUM = "accum"  # 가장 큰 cap의 DDP + no_sync()로 K개 마이크로 스텝 누적
 
 
@@ -150,14 +151,15 @@ def _variant_step(ctx: RankContext, name: str, width: int, depth: int, x: torch.
                   accum_steps: int, accum_cap: float) -> Callable[[], None]:
     """The step function of one variant, on a fresh copy of the same model."""
     torch.manual_seed(seed)
-    model = layer_stack(width, depth).to(ctx.device)
+    model: nn.Module = layer_stack(width, depth).to(ctx.device)
     if name == ACCUM:
         model = wrap_ddp(model, ctx.device, bucket_cap_mb=accum_cap)
     elif name.startswith("ddp:"):
         model = wrap_ddp(model, ctx.device, bucket_cap_mb=float(name[4:]))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    after = (lambda: allreduce_each_gradient(model)) if name == "manual" else None
-    return train_step(model, optimizer, x, after, accum_steps if name == ACCUM else 1)
+    after = (lambda: average_gradients(model.parameters(), ctx.world_size)) if name == "manual" else None
+    # no_sync() runs only under accumulation, where the model is a DDP
+    return make_train_step(model, optimizer, x, after, accum_steps if name == ACCUM else 1)  # type: ignore[arg-type]
 
 
 def ddp_variants(ctx: RankContext, caps: list[float], width: int, depth: int, batch: int,
@@ -205,7 +207,7 @@ def rank_fn(ctx: RankContext, sizes: tuple[int, ...], repeats: int, warmup: int,
     message_sizes = parse_sizes(sizes)
     return {
         **ctx.describe(),
-        "cpu_count": os.cpu_count(),
+        "cpu_count": os.cpu_count() or 1,
         "threads": torch.get_num_threads(),
         "memcpy": copy_seconds(ctx, memcpy_mb << 20, warmup, repeats),
         "allreduce": allreduce_seconds(ctx, message_sizes, warmup, repeats, segment_kb << 10),

@@ -7,10 +7,10 @@ import statistics
 from typing import Any, TypedDict
 
 from ...ddp.cost_model import bus_factor, fit_cost_model
-from ...result import Check, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, not_applicable
 from ...ddp.ring import SEGMENT_BYTES
+from ...result import Check, RankRecords, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, not_applicable
 from ...tools.timing import paired_ratio, slowest
-from .measure import ACCUM, CHECK_NUMEL, CHECK_SEGMENT_BYTES, IMPLS, QUICK, parse_caps, size_label
+from .measure import ACCUM, CHECK_NUMEL, CHECK_SEGMENT_BYTES, IMPLS, QUICK, BenchRecord, parse_caps, size_label
 
 PIPELINE_TARGET = 0.9  # 목표(gloo, CPU, 코어마다 랭크 하나): 16 MiB 이상에서 파이프라인 링 busbw ≥ 라이브러리의 0.9배
 TARGET_FROM = 16 << 20
@@ -34,7 +34,7 @@ def slowest_median(per_rank: list[list[float]]) -> float:
     return statistics.median(slowest(per_rank))
 
 
-def allreduce_rows(ranks: list[dict]) -> list[dict]:
+def allreduce_rows(ranks: RankRecords) -> list[dict]:
     """nccl-tests' columns for every size and implementation, and each ring's ratio to the library.
 
     ``ring_ratio`` and ``pipelined_ratio`` are busbw ratios (= library time / ring time) taken pair
@@ -66,7 +66,7 @@ def fit_rows(rows: list[dict], world_size: int, impl: str = "library") -> dict |
     return fit_cost_model([r["size"] for r in rows], [r[impl]["best_us"] * 1e-6 for r in rows], world_size)
 
 
-def copy_bandwidth(ranks: list[dict]) -> dict:
+def copy_bandwidth(ranks: RankRecords) -> dict:
     """GB/s of ``copy_`` (bytes copied per second): rank 0 alone (median and fastest repeat), and per
     rank with all copying."""
     mem = ranks[0]["memcpy"]
@@ -75,7 +75,7 @@ def copy_bandwidth(ranks: list[dict]) -> dict:
             "together_gbs": mem["bytes"] / slowest_median([r["memcpy"]["together"] for r in ranks]) / 1e9}
 
 
-def timeline_summary(ranks: list[dict]) -> dict:
+def timeline_summary(ranks: RankRecords) -> dict:
     """Rank 0's segment timelines (µs from the start) with the time it spent waiting and adding.
 
     ``wait_us`` is the time spent waiting for segments to arrive, ``add_us`` the time spent adding
@@ -107,7 +107,7 @@ def target_report(rows: list[dict]) -> dict:
             for r in rows if r["size"] >= TARGET_FROM and r["pipelined_ratio"]}
 
 
-def ddp_summary(ranks: list[dict]) -> dict:
+def ddp_summary(ranks: RankRecords) -> dict:
     """Per variant: step time (ms), All-Reduce calls, ratio to the manual loop, and efficiency =
     the compute it contains (micro-steps × the no-communication step) / its step time."""
     ddp = ranks[0]["ddp"]
@@ -126,7 +126,7 @@ def ddp_summary(ranks: list[dict]) -> dict:
             "n_tensors": ddp["n_tensors"], "model_bytes": ddp["n_params"] * 4, "paired": _paired_steps(ranks)}
 
 
-def _paired_steps(ranks: list[dict]) -> dict:
+def _paired_steps(ranks: RankRecords) -> dict:
     """Step-time ratios taken repeat by repeat (the variants ran interleaved): the fastest DDP setting
     over the manual loop, and the accumulated step over K separate steps of the same DDP setting."""
     ddp = ranks[0]["ddp"]
@@ -145,8 +145,8 @@ class BenchData(TypedDict):
     """The summary data of the 'bench' lab."""
 
     rows: list[dict[str, Any]]
-    fit: dict[str, float]
-    ring_fit: dict[str, float]
+    fit: dict[str, float] | None
+    ring_fit: dict[str, float] | None
     memcpy: dict[str, float]
     timeline: dict[str, dict[str, Any]]
     ddp: dict[str, Any]
@@ -163,7 +163,7 @@ class BenchData(TypedDict):
     threads_per_rank: int
 
 
-def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
+def summarize(ranks: list[BenchRecord], backend: str, params: dict[str, Any]) -> Summary[BenchData]:
     n = len(ranks)
     rows = allreduce_rows(ranks)
     fit = fit_rows(rows, n)
@@ -171,7 +171,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     ddp = ddp_summary(ranks)
     cpu = ranks[0]["cpu_count"] or 1
     oversubscribed = backend == "gloo" and n > cpu
-    data = {"rows": rows, "fit": fit, "ring_fit": fit_rows(rows, n, "ring"), "memcpy": memcpy,
+    data: BenchData = {"rows": rows, "fit": fit, "ring_fit": fit_rows(rows, n, "ring"), "memcpy": memcpy,
             "timeline": timeline_summary(ranks), "ddp": ddp, "bus_factor": bus_factor(n),
             "pipelined_vs_library": pipelined_vs_library(rows), "pipeline_target": PIPELINE_TARGET,
             "pipeline_gate": PIPELINE_GATE, "target": target_report(rows), "segment_bytes": params["segment_kb"] << 10,
@@ -183,7 +183,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     return Summary(data, checks)
 
 
-def _ring_checks(ranks: list[dict], backend: str) -> list[Check]:
+def _ring_checks(ranks: RankRecords, backend: str) -> list[Check]:
     """Both rings give the library's sum; the pipelined ring's segments add no traffic (kernel count)."""
     n = len(ranks)
     checks = [check_close("rings_match_library", max(max(r["ring_error"].values()) for r in ranks), 0.0,
@@ -240,8 +240,8 @@ def _allreduce_checks(rows: list[dict], fit: dict | None, memcpy: dict, n: int,
                                      f"{size_label(FIT_LARGE)} 이상까지 크기가 {FIT_MIN_SIZES}개 이상 있어야 한다"
                                      "(가장 큰 메시지의 시간이 α의 여러 배가 되어야 모델의 모양을 판정할 수 있다)"))
     else:
-        ok = fit["alpha_s"] > 0 and 0 < fit["bandwidth"] < math.inf
-        checks.append(check_at_least("cost_model_fits", fit["r2_log"] if ok else -math.inf, FIT_R2,
+        ok = fit is not None and fit["alpha_s"] > 0 and 0 < fit["bandwidth"] < math.inf
+        checks.append(check_at_least("cost_model_fits", fit["r2_log"] if ok and fit is not None else -math.inf, FIT_R2,
                                      "크기마다 가장 빠른 반복에 t = 2(N-1)/N·S/BW + 2(N-1)α를 최소제곱으로 맞추면 "
                                      f"α>0, BW>0이고 log t의 결정계수 R²가 {FIT_R2} 이상이다(R²)"))
     return checks

@@ -1,0 +1,136 @@
+"""What every judge shares: one class's records on every rank, the two leading checks, and the walk
+over a judge's table of checks.
+
+A judge (:mod:`labs.grading.judge` for a DDP, :mod:`labs.grading.zero_judge`, :mod:`labs.grading.fsdp_judge`)
+is a :class:`Judge`: its checks in the order of diagnosis, one module-level function per check (it takes
+the :class:`ClassRecords` and returns the check), the probe each check reads, and the facts the report
+explains a failure with. :func:`judge_class` walks that table: a check whose probe raised on some rank,
+or whose ranks' collectives diverged, is reported as not measured (with the reason) instead of being run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..result import Check, check_true, not_applicable
+
+TOLERANCE = 1e-5   # 파라미터 비교: torch.testing의 float32 기본 atol
+RATIO_RTOL = 1e-2  # 그래디언트가 기준의 N^k배라고 볼 비율의 상대 오차
+SHOWN = 6          # 값에 이름을 적는 파라미터 수
+
+Record = dict[str, Any]  # 한 랭크의 기록(숫자·문자열·목록·사전: 랭크에서 JSON으로 온다)
+Facts = dict[str, Any]   # 보고서가 실패를 설명하는 데 쓰는 값 (요약 데이터에 들어간다)
+
+
+@dataclass(frozen=True)
+class ClassRecords:
+    """One class's records on every rank, as every check function reads them."""
+
+    n: int
+    params: Mapping[str, Any]   # grade 실습의 인자 (steps, bucket_cap_mb …)
+    on_ranks: list[Record]      # 랭크마다 이 클래스의 기록 (errors, phases, mismatch, 검사마다의 기록)
+    probes: dict[str, list[Record] | None] = field(default_factory=dict)  # 검사 → 랭크마다의 기록; 예외가 났으면 None
+    mismatch: str | None = None
+
+    def of(self, probe: str) -> list[Record]:
+        """The records of ``probe`` on every rank (a check reads only a probe that ran everywhere)."""
+        records = self.probes[probe]
+        if records is None:
+            raise KeyError(f"{probe} 검사의 기록이 없습니다")
+        return records
+
+
+CheckFn = Callable[[ClassRecords], Check]
+
+
+def first_error(r: ClassRecords, probe_names: Mapping[str, str]) -> str | None:
+    """The first exception, probes in the order of ``probe_names``, with the rank."""
+    return next((f"랭크 {rank}, {probe_names[probe]}: {c['errors'][probe]}" for probe in probe_names
+                 for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe)), None)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """One interface's verdicts: the table :func:`judge_class` walks."""
+
+    checks: tuple[str, ...]                  # 진단의 순서: 첫 두 개는 leading_checks
+    check_fns: Mapping[str, CheckFn]         # 확인마다 판정 함수
+    probe_of: Mapping[str, str]              # 확인 → 그 확인이 읽는 검사 (없으면 스스로 해당 없음을 판단)
+    probe_names: Mapping[str, str]           # 검사 → 보고서의 말("학습 반복에서")
+    facts: Callable[[ClassRecords], Facts]   # 보고서가 쓰는 값
+    error: Callable[[ClassRecords, Mapping[str, str]], str | None] = first_error
+    mismatch: Callable[[ClassRecords], str | None] = lambda r: None  # 기록에서 보이는 랭크 사이의 어긋남
+    needs_two_ranks: tuple[str, ...] = ()
+
+
+def power(ratio: float, n: int) -> int | None:
+    """``k`` with ``ratio ≈ n**k``, or None."""
+    if n < 2 or not ratio > 0:
+        return None
+    k = round(math.log(ratio) / math.log(n))
+    return k if abs(ratio / n ** k - 1) <= RATIO_RTOL else None
+
+
+def scale_cause(g: Record, n: int, rtol: float) -> str | None:
+    """What a gradient fitted against the global-batch mean (:func:`labs.grading.probes.compare_grad`) is,
+    when it is a shape every interface names: ``ok``, ``not_reduced`` (this rank's own, or it over N),
+    ``times_n`` (the sum), ``over_n`` (divided by N once more or more); else None."""
+    if g["err"] <= rtol:
+        return "ok"
+    if n > 1 and g["local_res"] <= rtol and power(g["local_ratio"], n) in (0, -1):
+        return "not_reduced"
+    k = power(g["ratio"], n) if g["res"] <= rtol else None
+    return "times_n" if k == 1 else "over_n" if k is not None and k < 0 else None
+
+
+def most_common(causes: list[str]) -> tuple[str, list[int]]:
+    """The most common cause among the gradients that are not ``ok`` (there is one), and where those are."""
+    bad = [i for i, c in enumerate(causes) if c != "ok"]
+    return max((causes[i] for i in bad), key=lambda c: sum(causes[i] == c for i in bad)), bad
+
+
+def names(params: list[str]) -> str:
+    """The first parameter names of a list, for a measured value."""
+    return ", ".join(params[:SHOWN]) + (" …" if len(params) > SHOWN else "")
+
+
+def leading_checks(error: str | None, mismatch: str | None) -> list[Check]:
+    """The first two checks of every interface: an exception, then ranks that disagree on a collective."""
+    return [check_true("runs_without_error", error is None, error or "예외 없음",
+                       "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
+            check_true("same_collectives_on_ranks", mismatch is None, mismatch or "모든 호출 일치",
+                       "모든 랭크가 같은 순서로 같은 크기의 집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 "
+                       "랭크끼리 맞춰 봄)")]
+
+
+def unmeasured(name: str, probe_name: str, mismatch: str | None) -> Check:
+    """Why a check could not be measured: the ranks' collectives diverged, or its probe raised."""
+    why = "랭크들의 집합 통신이 어긋나 측정할 수 없음(먼저 same_collectives_on_ranks를 고치세요)" if mismatch \
+        else f"{probe_name} 예외가 나서 측정하지 못함(먼저 runs_without_error를 고치세요)"
+    return not_applicable(name, why)
+
+
+def measured(judge: Judge, r: ClassRecords, name: str) -> Check:
+    """Check ``name`` of ``judge`` on ``r``, or why it was not measured."""
+    probe = judge.probe_of.get(name)
+    if probe is not None and (r.probes[probe] is None or r.mismatch):
+        return unmeasured(name, judge.probe_names[probe], r.mismatch)
+    if r.n == 1 and name in judge.needs_two_ranks:
+        return not_applicable(name, "N=1이면 나눌 랭크도, 비교할 다른 랭크도 없다")
+    return judge.check_fns[name](r)
+
+
+def judge_class(judge: Judge, ranks: list[Record], j: int, params: Mapping[str, Any]) -> tuple[list[Check], Facts]:
+    """The checks of class ``j`` in the order of diagnosis, and the facts the report explains them with."""
+    on_ranks = [rank["classes"][j] for rank in ranks]
+    r = ClassRecords(len(ranks), params, on_ranks,
+                     {p: None if any(c.get(p) is None for c in on_ranks) else [c[p] for c in on_ranks]
+                      for p in judge.probe_names},
+                     next((c["mismatch"] for c in on_ranks if c["mismatch"]), None))
+    if r.mismatch is None:
+        r = replace(r, mismatch=judge.mismatch(r))
+    checks = leading_checks(judge.error(r, judge.probe_names), r.mismatch)
+    return checks + [measured(judge, r, name) for name in judge.checks[2:]], {**judge.facts(r), "mismatch": r.mismatch}

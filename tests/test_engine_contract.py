@@ -1,0 +1,116 @@
+"""The engine's contract with a lesson: typed records, a Summary, checks that say what they compare."""
+
+from __future__ import annotations
+
+import math
+from typing import TypedDict, is_typeddict
+
+import pytest
+import torch
+
+import labs
+from labs.context import Described, RankContext
+from labs.registry import Lab
+from labs.result import Summary, check_at_least, check_at_most, check_close, check_equal, check_true, not_applicable
+
+
+def test_check_kinds_compare_what_they_say():
+    assert check_close("c", 1.05, 1.0, 0.1, "d").ok and not check_close("c", 1.2, 1.0, 0.1, "d").ok
+    assert check_equal("e", [1, 2], [1, 2], "d").ok and not check_equal("e", [1], [1, 2], "d").ok
+    assert check_at_most("m", 3, 3, "d").ok and not check_at_most("m", 3.01, 3, "d").ok
+    assert check_at_least("l", 3, 3, "d").ok and not check_at_least("l", 2.99, 3, "d").ok
+    assert check_true("t", True, 5, "d").ok and not check_true("t", False, 5, "d").ok
+    assert [c.criterion() for c in (check_close("c", 1, 1, 0.5, "d"), check_close("c", 0, 0, 0, "d"),
+                                    check_at_most("m", 1, 2, "d"), check_at_least("l", 3, 2, "d"))] == \
+        ["|값 − 1| ≤ 0.5", "= 0 (정확히)", "≤ 2", "≥ 2"]
+
+
+@pytest.mark.parametrize("missing", [None, math.nan])
+def test_a_check_without_its_measurement_fails(missing):
+    made = [check_close("c", missing, 0.0, 1.0, "d"), check_at_most("m", missing, 1.0, "d"),
+            check_at_least("l", missing, 0.0, "d"), check_equal("e", missing, missing, "d"),
+            check_true("t", True, missing, "d"), check_true("t", None, 1, "d")]
+    assert not any(c.ok for c in made)
+
+
+def test_not_applicable_is_reported_but_never_fails():
+    na = not_applicable("grows_with_size", "크기가 하나뿐이라 비교할 수 없다")
+    result = labs.LabResult("x", 2, "gloo", [], {}, {"grows_with_size": na,
+                                                     "real": check_at_least("real", 1, 0, "d")})
+    assert result.ok and not na.applicable
+    text = result.report()
+    assert "[해당 없음] grows_with_size" in text and "확인 1개 중 1개 통과, 해당 없음 1개" in text
+    assert result.to_dict()["checks"]["grows_with_size"]["applicable"] is False
+
+
+def test_a_result_without_checks_is_not_ok():
+    empty = labs.LabResult("x", 2, "gloo", [], {}, {})
+    assert not empty.ok
+    with pytest.raises(labs.LabCheckFailed):
+        empty.assert_ok()
+
+
+class ToyRecord(TypedDict):
+    v: int
+
+
+class ToyData(TypedDict):
+    total: int
+
+
+def _lab(summarize, rank_fn=lambda ctx: {"v": 1}, **kw) -> Lab:
+    return Lab(name="toy", description="장난감", rank_fn=rank_fn, summarize=summarize, **kw)
+
+
+def test_the_engine_builds_the_result_and_checks_declared_keys():
+    lab = _lab(lambda ranks, backend, params: Summary({"total": sum(r["v"] for r in ranks)},
+                                                      [check_equal("sum", sum(r["v"] for r in ranks), 2, "d")]),
+               record=ToyRecord, data=ToyData)
+    assert (lab.record_keys, lab.data_keys) == ({"v"}, {"total"})
+    result = lab.finish([{"v": 1}, {"v": 1}], "gloo", {})
+    assert (result.lab, result.world_size, result.backend, result.data, result.ok) == ("toy", 2, "gloo", {"total": 2}, True)
+
+    renamed = _lab(lambda ranks, backend, params: Summary({"totl": 2}, [check_equal("sum", 2, 2, "d")]),
+                   data=ToyData)
+    with pytest.raises(TypeError, match="missing \\['total'\\], undeclared \\['totl'\\]"):
+        renamed.finish([{"v": 1}], "gloo", {})
+
+
+@pytest.mark.parametrize("returned, message", [({}, "missing \\['v'\\], undeclared \\[\\]"),
+                                               ({"v": 1, "w": 2}, "missing \\[\\], undeclared \\['w'\\]")])
+def test_a_record_must_have_exactly_the_fields_of_its_typeddict(returned, message):
+    lab = _lab(lambda ranks, backend, params: Summary({}, []), rank_fn=lambda ctx: returned, record=ToyRecord)
+    ctx = RankContext(0, 1, 0, "gloo", torch.device("cpu"))
+    with pytest.raises(TypeError, match=f"lab 'toy': 랭크 기록 keys differ from the declared ones: {message}"):
+        lab.run_rank(ctx, {})
+
+
+def test_a_record_type_inherits_the_described_fields():
+    class Spread(Described):
+        sum: float
+
+    lab = _lab(lambda ranks, backend, params: Summary({}, []), rank_fn=lambda ctx: {**ctx.describe(), "sum": 1.0},
+               record=Spread)
+    ctx = RankContext(0, 1, 0, "gloo", torch.device("cpu"))
+    assert set(lab.run_rank(ctx, {})) == {"sum", *ctx.describe()} == lab.record_keys
+
+
+def test_record_and_data_must_be_typeddicts():
+    with pytest.raises(TypeError, match="record must be a TypedDict"):
+        _lab(lambda ranks, backend, params: Summary({}, []), record=dict)
+    with pytest.raises(TypeError, match="data must be a TypedDict"):
+        _lab(lambda ranks, backend, params: Summary({}, []), data=frozenset({"total"}))
+
+
+def test_a_summary_must_be_a_summary_with_unique_check_names():
+    with pytest.raises(TypeError, match="must return a Summary"):
+        _lab(lambda ranks, backend, params: {"not": "a summary"}).finish([{"v": 1}], "gloo", {})
+    twice = [check_equal("same", 1, 1, "d"), check_equal("same", 2, 2, "d")]
+    with pytest.raises(TypeError, match="duplicate check names"):
+        _lab(lambda ranks, backend, params: Summary({}, twice)).finish([{"v": 1}], "gloo", {})
+
+
+def test_every_lab_declares_typeddict_record_and_data():
+    undeclared = [name for name, lab in labs.all_labs().items()
+                  if not (is_typeddict(lab.record) and is_typeddict(lab.data))]
+    assert labs.all_labs() and not undeclared, f"labs without TypedDict record/data types: {undeclared}"
