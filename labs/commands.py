@@ -116,6 +116,13 @@ def recipe_sbatch(cpu_ranks: int | None = None, recipe_dir: str = RECIPE_DIR) ->
     return _sbatch(RECIPE_SBATCH, "", cpu_ranks, recipe_dir)
 
 
+def doctor(script: str = f"{RECIPE_DIR}/{RECIPE_DDP}", args: tuple[str, ...] = (), nproc: int = CPU_RANKS) -> str:
+    """``python -m labs doctor``: the reader's script rehearsed on ``nproc`` CPU ranks (chapter 14.6)."""
+    ranks = f" --nproc {nproc}" if nproc != CPU_RANKS else ""
+    rest = f" -- {' '.join(args)}" if args else ""
+    return f"python -m labs doctor {script}{ranks}{rest}"
+
+
 def recipe_commands() -> list[str]:
     """Chapter 14's launch lines: one GPU (plain and DDP), 8 GPUs on a node, 2 nodes, Slurm (GPU and CPU)."""
     return [recipe_single(), recipe_torchrun(1), recipe_torchrun(), recipe_nodes(), recipe_sbatch(),

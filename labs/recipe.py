@@ -14,6 +14,7 @@ the build's run, keyed by the copies of the scripts in ``DIR`` (the run's ``TMPD
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -21,12 +22,14 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
 import torch
 
 from . import commands
+from .doctor import DoctorReport, examine
 from .tools.primitives import ATOL, RTOL
 
 SOURCE = Path(__file__).resolve().parents[1] / commands.RECIPE_DIR
@@ -196,6 +199,73 @@ def run_all(workdir: Path, nproc: int, variants: tuple[str, ...] = ("",), timeou
             report["comparison"][name] = compare(checkpoint(single_folder, commands.RECIPE_SINGLE),
                                                  checkpoint(folder, commands.RECIPE_DDP))
     return report
+
+
+# ----------------------------------------------------------------------------- chapter 14.6: the doctor
+
+GALLERY = SOURCE.parent / "tests" / "doctor_scripts"  # the doctor's gallery: `# doctor: kind` marks each mistake's line
+DOCTOR_ARGS = ("--epochs", "2")  # two epochs: enough for set_epoch's repeated order
+_MARKER = "# doctor: "
+
+
+@dataclass(frozen=True)
+class DoctorCase:
+    """One script the chapter gives the doctor: the recipe, a broken variant of it, or a script of the gallery."""
+
+    name: str      # "" (the recipe), a key of BROKEN, or a file of GALLERY
+    mistake: str   # Korean, for the page's table ("" for the recipe)
+    kind: str      # the finding the mistake must get ("" for the recipe: none)
+    line: str      # text of the line it must be found at (the recipe variants; the gallery marks its own)
+
+    @property
+    def script(self) -> str:
+        return self.name if self.name.endswith(".py") else f"{commands.RECIPE_DIR}/{commands.RECIPE_DDP}"
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return () if self.name.endswith(".py") else DOCTOR_ARGS
+
+    @property
+    def command(self) -> str:
+        return commands.doctor(self.script, self.args)
+
+    def expected_line(self, folder: Path) -> int:
+        """The line of ``folder/script`` the finding must name (1-based)."""
+        gallery = self.name.endswith(".py")
+        marker = f"{_MARKER}{self.kind}" if gallery else self.line
+        lines = (GALLERY / self.name if gallery else folder / self.script).read_text(encoding="utf-8").splitlines()
+        found = [number for number, text in enumerate(lines, 1) if marker in text]
+        if len(found) != 1:
+            raise ValueError(f"{self.name}: {marker!r} occurs {len(found)} times in {self.script}")
+        return found[0]
+
+
+DOCTOR_CASES = (
+    DoctorCase("", "", "", ""),
+    DoctorCase("clip_before_unscale", "clip_grad_norm_을 scaler.unscale_ 위로 옮김", "clip_scaled", _CLIP.strip()),
+    DoctorCase("no_set_epoch", "sampler.set_epoch(epoch)을 지움", "same_order", "for x, y in loader:"),
+    DoctorCase("forward_outside_no_sync", "순전파를 no_sync() 밖으로 옮김", "accumulation_sync",
+               "loss = F.cross_entropy(model(xk), yk)"),
+    DoctorCase("bug_rank0_collective.py", "if rank == 0: 안에서 all_reduce", "collective_mismatch", ""),
+    DoctorCase("bug_every_rank_saves.py", "모든 랭크가 같은 파일에 torch.save", "same_file", ""),
+    DoctorCase("bug_unused_head.py", "순전파가 쓰지 않는 층까지 DDP로 감쌈", "unused_parameters", ""),
+)
+
+
+def doctor_case(workdir: Path, case: DoctorCase) -> tuple[Path, DoctorReport]:
+    """The doctor run on ``case`` from a folder of its own under ``workdir``, as the reader types its command there;
+    returns (that folder, the report)."""
+    folder = workdir / "doctor" / (case.name.removesuffix(".py") or "recipe")
+    if case.name.endswith(".py"):
+        folder.mkdir(parents=True)
+        text = (GALLERY / case.name).read_text(encoding="utf-8")  # the reader's copy has no answer in it
+        (folder / case.name).write_text(re.sub(rf"\s*{_MARKER}\S+", "", text), encoding="utf-8")
+    else:
+        copy_recipe(folder)
+        if case.name:
+            break_recipe(folder, case.name)
+    with contextlib.chdir(folder):
+        return folder, examine(case.script, nproc=commands.CPU_RANKS, args=list(case.args))
 
 
 def main(argv: list[str] | None = None) -> None:

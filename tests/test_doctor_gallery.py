@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from labs import recipe
 from labs.doctor import FINDING_KINDS, DoctorReport, Finding, examine
 from labs.errors import EXIT_CHECK_FAILED, EXIT_LAB_ERROR, EXIT_OK
 
@@ -202,3 +203,15 @@ def test_the_summary_counts_b_n_k(tmp_path_factory):
     assert (s["world_size"], s["batch_per_rank"], s["accumulation"], s["global_batch"]) == (2, 8, 1, 16)
     assert s["steps"] == 12 and s["backend"] == "gloo"  # 96 samples / 2 ranks / 8 per batch, 2 epochs
     assert s["collectives_per_step"] == {"all_reduce": 1} and s["seconds_per_step"] > 0
+
+
+@pytest.mark.parametrize("case", [c for c in recipe.DOCTOR_CASES if not c.name.endswith(".py")],
+                         ids=lambda c: c.name or "recipe")
+def test_the_recipe_has_no_finding_and_each_broken_variant_is_found_at_its_line(case, tmp_path):
+    """Chapter 14.6's recipe cases: the copyable recipe passes; each one-line edit of it is named where it was made."""
+    folder, report = recipe.doctor_case(tmp_path, case)
+    if not case.kind:
+        assert report.exit_code == EXIT_OK and not report.findings, report.report()
+        return
+    assert report.exit_code == EXIT_CHECK_FAILED and report.kinds == [case.kind], report.report()
+    assert report.findings[0]["site"]["line"] == case.expected_line(folder), report.report()

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from IPython.display import HTML, Markdown
 
 from .. import commands
-from ..recipe import SOURCE, Report, parse_log
+from ..doctor import DoctorReport
+from ..doctor.findings import where
+from ..recipe import SOURCE, DoctorCase, Report, parse_log
 from . import html_table
 
 # Where each numbered change begins in recipe/train_ddp.py, in file order.
@@ -118,3 +120,12 @@ def log_table(report: Report) -> HTML:
     n = report["nproc"]
     return html_table(["에폭", "한 장치: 손실", "한 장치: 테스트 정확도", f"DDP 랭크 {n}개: 손실", f"DDP 랭크 {n}개: 테스트 정확도"],
                       rows, "두 스크립트가 에폭마다 찍은 줄 (DDP는 랭크 0이 찍은 전역 평균 손실과 모든 랭크가 나눠 센 정확도)")
+
+
+def doctor_table(runs: list[tuple[DoctorCase, DoctorReport]]) -> HTML:
+    """What the doctor found in each script: the finding's kind at the reader's line, the exit code, the seconds."""
+    rows = [[case.name.removesuffix(".py") or "레시피 그대로", case.mistake or "없음",
+             ", ".join(f"{f['kind']} ({where(f['site'])})" for f in report.findings) or "없음",
+             report.exit_code, f"{report.wall_seconds:.1f}"] for case, report in runs]
+    return html_table(["스크립트", "틀린 곳", "의사가 찾은 것 (파일:줄)", "종료 코드", "걸린 시간(초)"], rows,
+                      f"python -m labs doctor를 랭크 {runs[0][1].nproc}개에서 돌린 결과 (CPU, gloo)")

@@ -13,7 +13,7 @@ def check(view: View) -> list[Finding]:
             if not e["scaled"]:
                 continue
             norm = f" clip이 본 노름 {e['norm']:.6g}은(는) 실제 노름의 {e['scale']:g}배입니다." if e["norm"] is not None else ""
-            measured = (f"스텝 {e['step'] + 1}에서 `{e['fn']}`이(가) GradScaler가 scale {e['scale']:g}를 곱한 그래디언트를 "
+            measured = (f"스텝 {e['step'] + 1}에서 `{e['fn']}`이(가) GradScaler가 배율(scale) {e['scale']:g}을(를) 곱한 그래디언트를 "
                         f"unscale_ 없이 잘랐습니다.{norm} 기준값은 곱하기 전의 그래디언트에 대한 값이라, 거의 모든 스텝에서 "
                         "그래디언트를 지나치게 줄입니다.")
             fix = ("자르기 바로 앞에서 `scaler.unscale_(optimizer)`를 부르세요: `scaler.scale(loss).backward()` → "

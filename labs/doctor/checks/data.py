@@ -114,10 +114,10 @@ def _same_order(view: View) -> list[Finding]:
             epochs = (pass_events[(loader, number)]["epoch"], pass_events[(loader, number + 1)]["epoch"])
             site = pass_events[(loader, number + 1)]["site"]
             measured = (f"에폭 {number + 1}과 {number + 2}에서 랭크 0이 받은 샘플 {length}개의 순서가 같습니다: "
-                        f"DistributedSampler의 epoch가 두 번 다 {epochs[1]}였습니다(`set_epoch`를 부르지 않음).")
-            fix = (f"에폭 루프에서 `{where(site)}` 앞에 `sampler.set_epoch(epoch)`를 부르세요: 샘플러는 seed + epoch로 "
-                   "섞으므로 epoch가 그대로면 매 에폭 같은 순서로 같은 샘플을 같은 랭크에 줍니다.")
-            return [finding("same_order", "매 에폭 같은 순서: set_epoch가 없습니다", [0], site, measured, fix,
+                        f"DistributedSampler의 epoch 값은 두 번 다 {epochs[1]}입니다(`set_epoch`을 부르지 않음).")
+            fix = (f"에폭 루프에서 `{where(site)}` 앞에 `sampler.set_epoch(epoch)`을 부르세요: 샘플러는 seed + epoch로 "
+                   "섞으므로 epoch 값이 그대로면 매 에폭 같은 순서로 같은 샘플을 같은 랭크에 줍니다.")
+            return [finding("same_order", "매 에폭 같은 순서: set_epoch이 없습니다", [0], site, measured, fix,
                             epoch=number + 2, sampler_epoch=epochs[1], compared=length)]
     return []
 
