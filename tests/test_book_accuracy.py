@@ -50,6 +50,9 @@ FINDINGS = {
     "R-L7 FSDP2 샤드는 한 행씩만 다르다": [r"랭크마다 최대 한 행씩 차이가 날 수"],
     "R-L9 모양 확인은 All-Gather 하나": [r"파라미터 모양이 랭크끼리 같은지 확인하고\(All-Gather\)"],
     "R-FSDP 층의 클래스로 나눈다": [r"Linear와 Embedding의 가중치를 평평하게 펴고"],
+    "R-M1 DETAIL의 상대 지문을 상대의 연산으로 읽기": [r"상대가 GATHER처럼 내 코드에 없는 연산으로 보이면",
+                                            r"상대 랭크가 같은 순간 부르는 집합 통신"],
+    "R-M4 build-nanogpt#30을 결과가 맞는 변형에": [r"build-nanogpt#30\(순전파도 동기화 플래그를 켜야 한다는 수정\)과"],
 }
 
 
@@ -158,6 +161,10 @@ def test_each_finding_is_caught_in_the_form_the_review_quoted(finding):
         "R-L7 FSDP2 샤드는 한 행씩만 다르다": "정확히 $1/N$이 아니라 랭크마다 최대 한 행씩 차이가 날 수 있고",
         "R-L9 모양 확인은 All-Gather 하나": "파라미터 모양이 랭크끼리 같은지 확인하고(All-Gather), 랭크 0의 파라미터를",
         "R-FSDP 층의 클래스로 나눈다": "`FullyShardedDP`가 이것을 한 클래스로 합니다. Linear와 Embedding의 가중치를 평평하게 펴고",
+        "R-M1 DETAIL의 상대 지문을 상대의 연산으로 읽기": "상대가 `GATHER`처럼 내 코드에 없는 연산으로 보이면, 상대는 이미 래퍼가 "
+                                                  "지문을 주고받는 자기 쪽 단계(gloo 도우미 그룹의 모으기)에 들어가 있다는 뜻이고",
+        "R-M4 build-nanogpt#30을 결과가 맞는 변형에": "결과도 맞고 오류도 없습니다. karpathy/build-nanogpt#30(순전파도 동기화 플래그를 "
+                                               "켜야 한다는 수정)과 huggingface/accelerate#1153(…)에서 다룬 문제입니다.",
     }[finding]
     hits = findings_in({"quoted.md": quoted})
     assert hits and all(finding in h for h in hits)
@@ -190,6 +197,8 @@ OTHER_FORMS = {
         "- ZeRO-1은 옵티마이저 상태만 나눕니다. 결과는 DDP와 비트 단위로 같고, 스텝마다 파라미터 바이트만큼 더 보냅니다."],
     "R-M7 B를 고정하면 같은 학습(BatchNorm 조건 없이)": [
         "- 전역 배치는 $B = b \\cdot N \\cdot K$입니다. $B$를 고정하면 같은 $\\eta$로 한 프로세스와 같은 학습이 됩니다."],
+    "R-M1 DETAIL의 상대 지문을 상대의 연산으로 읽기": [
+        "상대 랭크가 같은 순간 부르는 집합 통신. 두 기록이 달라서 짝이 맞지 않는다."],
     "R-M9 bf16 훅의 거절을 gloo 탓으로": [
         "즉 bf16 압축은 GPU(`NCCL`)에서만 쓸 수 있고, 이 책은 그것을 재지 않았습니다.",
         "gloo에서는 ``register_comm_hook``이 바로 TypeError를 낸다(훅을 부르기 전, 통신 없이)."],

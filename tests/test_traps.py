@@ -197,6 +197,47 @@ def test_detail_reading_order_is_what_10_5_reads():
     assert not read(message.replace("Rank 0 is", "Rank 1 is"), 1).ok  # 상대 랭크의 지문이 없다
 
 
+def test_the_peer_line_of_another_length_is_read_as_its_length():
+    # 10.5절: 길이가 다른 상대 지문은 길이 k를 OpType(k)로 읽은 것(ProcessGroupWrapper.cpp), 순번 0·모양 없음
+    from labs.viz import traps as figures
+
+    own = {"rank": 0, "seq": 4, "op": "ALLREDUCE", "shapes": ["[2]"]}
+    assert figures.length_artifact({"rank": 1, "seq": 0, "op": "SCATTER", "shapes": []})
+    assert figures.OP_TYPES.index("SCATTER") == 8 and figures.OP_TYPES.index("GATHER") == 7  # Work.hpp
+    assert not figures.length_artifact(own)
+    assert not figures.length_artifact({"rank": 1, "seq": 3, "op": "ALLREDUCE", "shapes": ["[8, 4]"]})
+
+
+# ----------------------------------------------------------------------------- 9. activation checkpointing
+
+@pytest.fixture(scope="module")
+def checkpointing_runs():
+    return {v: run("checkpointing", v) for v in traps.VARIANTS}
+
+
+def test_reentrant_checkpointing_marks_a_shared_parameter_ready_twice(checkpointing_runs):
+    bug = checkpointing_runs["bug"]
+    assert bug.ok, bug.report()
+    assert bug.data["measured"]["error"].startswith(traps.READY_TWICE_PHRASE)
+
+
+def test_both_checkpointing_fixes_train_like_one_process(checkpointing_runs):
+    fix = checkpointing_runs["fix"]
+    assert fix.ok, fix.report()
+    assert set(fix.data["measured"]["rows"]) == {"non_reentrant", "static_graph"}
+
+
+def test_checkpointing_checks_fail_on_the_other_variant(checkpointing_runs):
+    bug, fix = inner(checkpointing_runs["bug"]), inner(checkpointing_runs["fix"])
+    params = checkpointing_runs["fix"].params
+    as_fix = [{**r, "runs": {"non_reentrant": r["runs"]["reentrant"], "static_graph": r["runs"]["reentrant"]}}
+              for r in bug]  # 재진입 체크포인트를 고침이라고 내밀면
+    assert {"non_reentrant_trains", "static_graph_trains", "non_reentrant_matches_single",
+            "static_graph_matches_single"} <= failing(traps.trap_summary("checkpointing", as_fix, "fix", params))
+    as_bug = [{**r, "runs": {"reentrant": r["runs"]["non_reentrant"]}} for r in fix]
+    assert failing(traps.trap_summary("checkpointing", as_bug, "bug", params)) == {"reducer_ready_twice", "no_step_done"}
+
+
 # ----------------------------------------------------------------------------- 7. lr scaling
 
 def test_lr_scaling(lr_runs):

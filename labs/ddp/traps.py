@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, DistributedSampler
 
 from labs.context import RankContext
@@ -161,3 +162,37 @@ def seeded_model_fix(ctx: RankContext, seed: int) -> DropoutMLP:
     model = DropoutMLP(16)
     torch.manual_seed(seed + 1 + ctx.rank)           # 고침: 데이터 쪽 난수는 랭크마다 다른 시드
     return model
+
+
+# ----------------------------------------------------------------------------- 9. activation checkpointing
+
+class TiedBlocks(nn.Module):
+    """One hidden block applied twice (its weights shared across depth), each pass under activation checkpointing:
+    its activations are recomputed in backward instead of kept."""
+
+    def __init__(self, use_reentrant: bool, width: int = 16):
+        super().__init__()
+        self.inp, self.block, self.out = nn.Linear(4, width), nn.Linear(width, width), nn.Linear(width, 2)
+        self.use_reentrant = use_reentrant
+
+    def hidden(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.block(h))
+
+    def forward(self, x):
+        h = self.inp(x)
+        for _ in range(2):  # 같은 block을 두 번: 그 파라미터의 그래디언트가 역전파에서 두 번 쌓인다
+            h = checkpoint(self.hidden, h, use_reentrant=self.use_reentrant)
+        return self.out(h)
+
+
+def checkpointed_bug(device: torch.device) -> DDP:
+    return DDP(TiedBlocks(use_reentrant=True).to(device))   # 버그: 재진입(reentrant) 체크포인트 + 두 번 쓰는 파라미터
+
+
+def checkpointed_fix(device: torch.device) -> DDP:
+    return DDP(TiedBlocks(use_reentrant=False).to(device))  # 고침: 재진입하지 않는 체크포인트
+
+
+def checkpointed_static_fix(device: torch.device) -> DDP:
+    # 고침 2: 재진입 체크포인트는 그대로, DDP가 첫 반복에서 그래프를 배운다(반복마다 같은 그래프일 때만)
+    return DDP(TiedBlocks(use_reentrant=True).to(device), static_graph=True)

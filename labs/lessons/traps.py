@@ -25,7 +25,11 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..context import RankContext, resolve_backend
 from ..ddp.traps import (
+    TiedBlocks,
     TwoHeads,
+    checkpointed_bug,
+    checkpointed_fix,
+    checkpointed_static_fix,
     epoch_orders_bug,
     epoch_orders_fix,
     eval_rank0_bug,
@@ -53,13 +57,15 @@ from ..tools.comms import CollectiveCounter
 from ..tools.models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..tools.primitives import max_abs_diff
 
-TRAPS = ("no_sync", "unused", "eval_rank0", "set_epoch", "partial_collective", "shape", "lr_scaling", "seed")
+TRAPS = ("no_sync", "unused", "eval_rank0", "set_epoch", "partial_collective", "shape", "lr_scaling", "seed",
+         "checkpointing")
 VARIANTS = ("bug", "fix")
 # A bug that never returns records: what the launcher must see instead (everything else finishes).
 EXPECTED = {("eval_rank0", "bug"): "hang", ("partial_collective", "bug"): "crash", ("shape", "bug"): "error"}
 HANG_TIMEOUT = 8.0  # seconds: a hang trap is ended by the launcher this long after its ranks start
 # The reducer's own words (torch 2.13): the checks look for them in the captured messages.
 UNUSED_PHRASE = "Expected to have finished reduction in the prior iteration"
+READY_TWICE_PHRASE = "Expected to mark a variable ready only once"
 SHAPE_PHRASE = "appears not to match sizes of the same param in process"
 MISMATCH_PHRASE = "Detected mismatch between collectives on ranks"
 GLOO_SIZE_PHRASE = "Received data size doesn't match expected size"
@@ -458,14 +464,77 @@ def seed_summary(ranks: list[dict], variant: str, *, steps: int, per_rank_batch:
     return Summary({"distinct_masks": distinct, "global_batch": n * b}, checks)
 
 
+# ----------------------------------------------------------------------------- 9. activation checkpointing
+
+CHECKPOINTING = {"bug": {"reentrant": checkpointed_bug},
+                 "fix": {"non_reentrant": checkpointed_fix, "static_graph": checkpointed_static_fix}}
+
+
+def checkpointing_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: int, lr: float,
+                       seed: int) -> dict:
+    """Each way of wrapping :class:`TiedBlocks` trains ``steps`` steps (or stops at DDP's error); beside it, one
+    process trains the same model on the whole global batch without DDP (the reference, on every rank)."""
+    x, y = synthetic_regression(ctx.world_size * steps * per_rank_batch, seed=seed)
+    global_batch = ctx.world_size * per_rank_batch
+    torch.manual_seed(seed)
+    single = TiedBlocks(use_reentrant=False).to(ctx.device)  # 같은 초기값의 한 프로세스 기준: DDP 없이 전역 배치 B개로
+    reference = torch.optim.SGD(single.parameters(), lr=lr)
+    for s in range(steps):
+        reference.zero_grad()
+        _loss(single, x[s * global_batch:(s + 1) * global_batch].to(ctx.device),
+              y[s * global_batch:(s + 1) * global_batch].to(ctx.device)).backward()
+        reference.step()
+    runs = {}
+    for name, wrap in CHECKPOINTING[variant].items():
+        torch.manual_seed(seed)
+        ddp = wrap(ctx.device)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+        done, error = 0, ""
+        try:
+            for s in range(steps):
+                bx, by = rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, s)
+                optimizer.zero_grad()
+                _loss(ddp, bx.to(ctx.device), by.to(ctx.device)).backward()
+                optimizer.step()
+                done += 1
+        except RuntimeError as err:  # 리듀서가 역전파 안에서 내는 예외: 그 문장 그대로 남긴다
+            error = str(err)
+        runs[name] = {"steps_done": done, "error": error, "params": flat_parameters(ddp.module).tolist()}
+    return {"runs": runs, "single": flat_parameters(single).tolist()}
+
+
+def checkpointing_summary(ranks: list[dict], variant: str, *, steps: int) -> Summary:
+    checks = []
+    if variant == "bug":
+        errors = [r["runs"]["reentrant"]["error"] for r in ranks]
+        checks.append(check_true("reducer_ready_twice", all(READY_TWICE_PHRASE in e for e in errors), len(errors),
+                                 f"첫 역전파에서 모든 랭크의 리듀서가 '{READY_TWICE_PHRASE}…' 예외를 낸다(랭크 수)"))
+        checks.append(check_equal("no_step_done", sorted({r["runs"]["reentrant"]["steps_done"] for r in ranks}), [0],
+                                  "그래서 한 스텝도 마치지 못한다(마친 스텝 수)"))
+        return Summary({"error": errors[0]}, checks)
+    rows = {}
+    for name in CHECKPOINTING["fix"]:
+        params = [r["runs"][name]["params"] for r in ranks]
+        from_single = max(max_abs_diff(p, r["single"]) for p, r in zip(params, ranks))
+        rows[name] = {"from_single": from_single}
+        checks.append(check_equal(f"{name}_trains", sorted({r["runs"][name]["steps_done"] for r in ranks}), [steps],
+                                  f"{name}: 예외 없이 {steps}스텝을 모두 마친다(마친 스텝 수)"))
+        checks.append(check_close(f"{name}_replicas_identical", max(max_abs_diff(p, params[0]) for p in params),
+                                  0.0, 0.0, f"{name}: 복제본이 모든 랭크에서 같다(최대 절대 차이)"))
+        checks.append(check_close(f"{name}_matches_single", from_single, 0.0, 1e-5,
+                                  f"{name}: 전역 배치 B개로 DDP 없이 학습한 한 프로세스와 같다(최대 절대 차이, float32 합의 순서만큼)"))
+    return Summary({"rows": rows}, checks)
+
+
 # ----------------------------------------------------------------------------- the lab
 
 RANK_FNS = {"no_sync": no_sync_rank, "unused": unused_rank, "eval_rank0": eval_rank0_rank,
             "set_epoch": set_epoch_rank, "partial_collective": partial_collective_rank, "shape": shape_rank,
-            "lr_scaling": lr_scaling_rank, "seed": seed_rank}
+            "lr_scaling": lr_scaling_rank, "seed": seed_rank, "checkpointing": checkpointing_rank}
 SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0": eval_rank0_summary,
              "set_epoch": set_epoch_summary, "partial_collective": partial_collective_summary,
-             "shape": shape_summary, "lr_scaling": lr_scaling_summary, "seed": seed_summary}
+             "shape": shape_summary, "lr_scaling": lr_scaling_summary, "seed": seed_summary,
+             "checkpointing": checkpointing_summary}
 
 
 class TrapsRecord(TypedDict):
@@ -529,7 +598,7 @@ def validate(params: dict, world_size: int) -> None:
 
 LAB = Lab(
     name="traps",
-    description="DDP를 일부러 망가뜨리는 함정 8가지(trap)를 실제 랭크에서 재현(variant=bug)하고 고친 모습(fix)을 확인",
+    description="DDP를 일부러 망가뜨리는 함정 9가지(trap)를 실제 랭크에서 재현(variant=bug)하고 고친 모습(fix)을 확인",
     rank_fn=rank_fn,
     summarize=summarize,
     chapter=10,
@@ -632,7 +701,7 @@ def check_all(nproc: int = 2) -> list[tuple[str, LabResult]]:
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="10장의 함정 8가지를 bug/fix로 모두 실행하고 확인한다")
+    parser = argparse.ArgumentParser(description="10장의 함정 9가지를 bug/fix로 모두 실행하고 확인한다")
     parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
     failed = 0

@@ -67,7 +67,8 @@ DETAIL_PARTS = (
     (r"(Rank \d+ is running collective: CollectiveFingerPrint\(.*?\)\)?)(?=, but Rank)",
      "이 예외를 낸 랭크가 지금 부르는 집합 통신: 순번(SequenceNumber), 종류(OpType), 텐서 모양(TensorShape)과 dtype."),
     (r"(but Rank \d+ is running collective: CollectiveFingerPrint\(.*?\)\)?)(?=\.Collectives differ)",
-     "상대 랭크가 같은 순간 부르는 집합 통신. 두 기록이 달라서 짝이 맞지 않는다."),
+     "상대 랭크의 지문. 래퍼는 먼저 직렬화한 지문의 길이만 모아 비교하므로, 길이가 다르면 여기 찍힌 것은 그 길이를 "
+     "지문처럼 읽은 값이다(OpType = 길이 번호의 연산, SequenceNumber=0, 텐서 모양 없음). 믿을 것은 예외를 낸 랭크 자기 지문뿐."),
     (r"(Collectives differ in the following aspects:.*)$", "무엇이 다른지 항목별로: 순번, 연산 종류, 텐서 모양 등."),
 )
 
@@ -105,10 +106,27 @@ def fingerprints(result) -> list[dict]:
     return found
 
 
+# c10d's OpType numbers (torch/csrc/distributed/c10d/Work.hpp, torch 2.13): a fingerprint of another length is
+# printed as OpType(length), so the number is what the peer line really says.
+OP_TYPES = ("BROADCAST", "ALLREDUCE", "ALLREDUCE_COALESCED", "REDUCE", "ALLGATHER", "_ALLGATHER_BASE",
+            "ALLGATHER_COALESCED", "GATHER", "SCATTER", "REDUCE_SCATTER", "ALLTOALL_BASE", "ALLTOALL", "SEND", "RECV")
+
+
+def length_artifact(fp: dict) -> bool:
+    """A peer fingerprint that is only the length check's tensor read as a fingerprint (ProcessGroupWrapper.cpp:
+    ``verify`` all-gathers the serialized length first; ``deserialize_fingerprint`` of that one element leaves
+    seq 0 and no tensors)."""
+    return fp["seq"] == 0 and not fp["shapes"] and fp["op"] in OP_TYPES
+
+
 def detail_reading(result) -> str:
     """One Korean sentence per rank, read off this run's DETAIL message (so the text is the output shown)."""
     parts = []
-    for fp in fingerprints(result):
+    for i, fp in enumerate(fingerprints(result)):
+        if i > 0 and length_artifact(fp):
+            parts.append(f"랭크 {fp['rank']}: 지문의 길이가 {OP_TYPES.index(fp['op'])}(으)로 다름 "
+                         f"(찍힌 {fp['op']}은 그 길이를 연산 번호로 읽은 것이고, 상대의 연산도 순번도 아님)")
+            continue
         shape = f", 텐서 모양 {', '.join(fp['shapes'])}" if fp["shapes"] else ", 텐서 모양 없음"
         parts.append(f"랭크 {fp['rank']}: 순번 {fp['seq']}의 {fp['op']}{shape}")
     if not parts:  # 예외가 아니라 다른 끝(프로세스가 죽음 등): 읽을 지문이 없다. 확인 항목 outcome이 그것을 잡는다
@@ -137,3 +155,9 @@ def mask_table(bug, fix):
             for step, (b, f) in enumerate(zip(measured(bug)["distinct_masks"], measured(fix)["distinct_masks"]))]
     return html_table(["스텝", "버그: 모든 랭크 같은 시드", "고침: 데이터 난수는 랭크마다", "전역 배치 샘플 수"], rows,
                       caption="전역 배치 안에서 서로 다른 드롭아웃 마스크의 수 (모든 랭크의 마스크를 모아 셈)")
+
+
+def checkpointing_table(fix):
+    rows = [[name, f"{row['from_single']:.3g}"] for name, row in measured(fix)["rows"].items()]
+    return html_table(["고침", "한 프로세스(DDP 없이, 전역 배치 B개)와의 최대 파라미터 차이"], rows,
+                      caption=f"활성값 체크포인팅을 DDP로 감싼 두 방법, 랭크 {fix.world_size}개에서 학습한 뒤 (모든 랭크의 최댓값)")
