@@ -17,8 +17,10 @@
     section.querySelector(".ddp-quiz-explanation").hidden = !correct;
     if (remember) {
       var p = load(), qid = section.getAttribute("data-qid");
-      // data-choice: 보기의 데이터상 번호(화면 순서와 다름). 복원할 때 같은 보기를 찾는다.
-      p[qid] = { correct: correct, choice: Number(button.getAttribute("data-choice")), at: Date.now() };
+      // correct: 처음 고른 답이 맞았는가(점수는 첫 답으로 센다: 틀린 뒤 다시 골라 맞혀도 그대로).
+      // data-choice: 마지막으로 고른 보기의 데이터상 번호(화면 순서와 다름). 복원할 때 같은 보기를 찾는다.
+      var first = p[qid] ? Boolean(p[qid].correct) : correct;
+      p[qid] = { correct: first, choice: Number(button.getAttribute("data-choice")), at: Date.now() };
       save(p);
     }
     score(section.closest(".ddp-quiz"));
@@ -28,7 +30,7 @@
     var qs = quiz.querySelectorAll(".ddp-quiz-q"), p = load(), done = 0, right = 0;
     qs.forEach(function (q) { var s = p[q.getAttribute("data-qid")]; if (s) { done++; if (s.correct) right++; } });
     quiz.querySelector(".ddp-quiz-score").textContent =
-      "문제 " + qs.length + "개 중 " + done + "개 답함 · 정답 " + right + "개";
+      "문제 " + qs.length + "개 중 " + done + "개 답함 · 첫 답이 정답 " + right + "개";
   }
   function restore() {
     var p = load();

@@ -127,8 +127,12 @@ def test_chapter1_quiz(visit, shots):
     classes = site_server.poll(lambda: right.get_attribute("class") or "", lambda c: "is-correct" in c.split())
     assert "is-correct" in classes.split(), f"정답 보기에 is-correct 클래스가 붙지 않았습니다: class={classes!r}"
     assert site_server.poll(explanation.is_visible), "정답을 골랐는데 해설(.ddp-quiz-explanation)이 보이지 않습니다."
-    score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
-    assert "정답 1개" in score, f"점수 표시(.ddp-quiz-score)에 '정답 1개'가 없습니다: {score!r}"
+    # 점수는 첫 답으로 센다: 틀린 뒤 정답을 골라도 0개, 다음 문제를 처음에 맞히면 1개
+    score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "첫 답이 정답 0개" in t)
+    assert "첫 답이 정답 0개" in score, f"틀린 뒤 맞힌 답이 점수에 들어갔습니다(.ddp-quiz-score): {score!r}"
+    questions.nth(1).locator('.ddp-quiz-choice[data-correct="1"]').click()
+    score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "첫 답이 정답 1개" in t)
+    assert "첫 답이 정답 1개" in score, f"처음에 맞힌 답이 점수에 없습니다(.ddp-quiz-score): {score!r}"
 
     stored = page.evaluate("() => Object.keys(localStorage).filter(k => localStorage.getItem(k)).length")
     assert stored >= 1, "퀴즈 진행 상황이 localStorage에 저장되지 않았습니다."
@@ -140,8 +144,8 @@ def test_chapter1_quiz(visit, shots):
     restored = site_server.poll(lambda: first.locator(".ddp-quiz-feedback").inner_text(), lambda t: "정답입니다" in t)
     assert "정답입니다" in restored, f"새로고침 후 답한 상태가 localStorage에서 복원되지 않았습니다 (피드백: {restored!r})."
     assert site_server.poll(first.locator(".ddp-quiz-explanation").is_visible), "새로고침 후 해설이 다시 숨겨졌습니다."
-    score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "정답 1개" in t)
-    assert "정답 1개" in score, f"새로고침 후 점수 표시가 복원되지 않았습니다: {score!r}"
+    score = site_server.poll(lambda: quiz.locator(".ddp-quiz-score").inner_text(), lambda t: "첫 답이 정답 1개" in t)
+    assert "첫 답이 정답 1개" in score, f"새로고침 후 점수 표시가 복원되지 않았습니다: {score!r}"
 
     # The viewport at the answered question (the full page is in 01_structure-desktop.jpg).
     first.evaluate("el => el.scrollIntoView({block: 'start'})")

@@ -310,6 +310,31 @@ def test_the_component_rule_sees_a_card():
     assert not offline_site.uses_sphinx_design('<div class="cell" data-sd-tabs="x">sd- 낱말</div>')
 
 
+def test_plotly_does_not_hold_up_the_first_paint(site):
+    """plotly.min.js (1.5 MB) is deferred and every figure's script waits for DOMContentLoaded (offline_site)."""
+    problems, figures = [], 0
+    for page in _pages(site):
+        text = page.read_text(encoding="utf-8")
+        tags = re.findall(r"<script[^>]*plotly\.min\.js[^>]*>", text)
+        scripts = offline_site.FIGURE_SCRIPT.findall(text)
+        figures += len(scripts)
+        if scripts and not (tags and all("defer" in tag for tag in tags)):
+            problems.append(f"{_rel(site, page)}: plotly.min.js가 defer가 아닙니다 {tags}")
+        problems += [f"{_rel(site, page)}: 그림 스크립트가 DOMContentLoaded를 기다리지 않습니다"
+                     for _, body, _ in scripts if not body.lstrip().startswith(offline_site.WAIT_FOR_PAGE)]
+    assert figures >= 20 and not problems, "\n".join(problems[:10]) or f"그림이 {figures}개뿐입니다"
+
+
+BUILD_LEFTOVERS = re.compile(r"%%writefile|/tmp/(?:miniddp|ddp-|labs-|tmp)[\w.-]*")  # the build's own temp folders
+
+
+def test_pages_show_no_build_leftovers(site):
+    found = [f"{_rel(site, page)}: {m[0]}" for page in _pages(site)
+             for m in BUILD_LEFTOVERS.finditer(page.read_text(encoding="utf-8"))]
+    assert not found, "페이지에 빌드의 흔적(셀 매직, 임시 폴더 경로)이 보입니다:\n" + "\n".join(found[:10])
+    assert BUILD_LEFTOVERS.search("%%writefile /tmp/miniddp-x1/my_ddp.py")  # the rule sees what 9.4 used to show
+
+
 def test_pages_are_korean(site):
     problems = []
     for page in _pages(site):
@@ -326,7 +351,9 @@ def test_pages_are_korean(site):
 # where its templates hard-code them, by book/_ext/korean_ui.py.
 THEME_UI_KO = {"Skip to main content": "본문으로 건너뛰기", "Back to top": "맨 위로", "Color mode": "색 모드",
                "On this page": "이 페이지의 내용", "Search...": "이 책에서 검색...",
-               'title="Toggle primary sidebar"': 'title="책 목차 열고 닫기"', 'aria-label="Main"': 'aria-label="책 목차"'}
+               'title="Toggle primary sidebar"': 'title="책 목차 열고 닫기"', 'aria-label="Main"': 'aria-label="책 목차"',
+               'title="Link to this heading"': 'title="이 제목으로 바로 가는 링크"',
+               'aria-label="Toggle hidden content"': 'aria-label="실행한 코드 보기"'}
 
 
 def test_theme_interface_is_korean(site):
@@ -337,6 +364,21 @@ def test_theme_interface_is_korean(site):
     chapter = (site / "book/04_allreduce.html").read_text(encoding="utf-8")
     problems += [f"book/04_allreduce.html에 {korean!r}가 없습니다" for korean in THEME_UI_KO.values() if korean not in chapter]
     assert not problems, "테마 화면 문구가 한국어가 아닙니다 (book/_locale/ko/LC_MESSAGES/sphinx.po):\n" + "\n".join(problems[:20])
+
+
+def test_helper_scripts_speak_korean(site):
+    """sphinx-copybutton's tooltips and sphinx-togglebutton's label (book/_ext/korean_ui.py)."""
+    copy = (site / "_static/copybutton.js").read_text(encoding="utf-8")
+    toggle = (site / "_static/togglebutton.js").read_text(encoding="utf-8")
+    assert "'ko': {" in copy and "'copy_success': '복사했습니다'" in copy, "copybutton.js에 한국어(ko) 문구가 없습니다"
+    assert "Toggle hidden content" not in toggle and "숨긴 내용 펼치기" in toggle, "togglebutton.js의 단추 이름이 영어입니다"
+
+
+def test_a_hidden_cell_says_what_it_opens(site):
+    chapter = (site / "book/10_traps.html").read_text(encoding="utf-8")
+    assert "실행한 코드 보기" in chapter and "펼쳐 보기" not in chapter, "숨긴 코드 셀의 단추가 무엇을 여는지 말하지 않습니다"
+    recipe = (site / "book/14_recipe.html").read_text(encoding="utf-8")
+    assert "출력 보기" in recipe, "숨긴 출력 셀(14.6의 보고서)의 단추가 '출력 보기'가 아닙니다"
 
 
 def test_root_redirects_to_intro(site):

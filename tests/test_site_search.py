@@ -141,3 +141,18 @@ def test_real_site_results_are_passages_not_tables_of_contents(chromium, site_ur
     assert len(chapters) >= 3, results
     assert all("no_sync" in s.lower() for _, s in chapters), [s for _, s in chapters if "no_sync" not in s.lower()]
     assert sum("#" in h for h, _ in chapters) >= len(chapters) - 1, [h for h, _ in chapters]
+
+
+@pytest.mark.parametrize("query, section", [("버킷", "7.3"), ("랭크", ""), ("멈춘 잡", "")])
+def test_search_opened_from_a_file_shows_passages(chromium, site_root, query, section):
+    """From file:// the browser cannot fetch the result pages; the build's passage store answers instead, and a
+    section whose heading holds the word is the passage (버킷 → 7.3)."""
+    page = chromium.new_page()
+    try:
+        results = _passages(page, site_root.as_uri() + "/", query)
+    finally:
+        page.close()
+    assert results and all(text.strip() for _, text in results), results
+    if section:
+        chapter = [text for href, text in results if href.startswith("book/07_internals.html")]
+        assert chapter and chapter[0].startswith(section), chapter

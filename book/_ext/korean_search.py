@@ -15,8 +15,10 @@ splitter, which keeps particles (조사) glued to words. This one:
 from __future__ import annotations
 
 import functools
+import html
 import json
 import re
+from pathlib import Path
 
 from sphinx.application import Sphinx
 from sphinx.search.en import SearchEnglish, js_porter_stemmer
@@ -126,10 +128,23 @@ class SearchKorean(SearchEnglish):
 # 그 블록의 문장을 요약으로 보이고, 링크를 그 블록이 든 절(section)의 앵커로 바꾼다. 코드·접힌 확인 표·목차와
 # 장 첫머리의 "이 장의 핵심" 상자(절 밖이라 앵커가 없고, 같은 말을 본문의 절이 풀어 쓴다)는 뺀다.
 # search.html은 searchtools.js를 이 스크립트 뒤에 싣는다: 덮어쓰기는 문서를 다 읽은 뒤(그때는 Search가 있다).
+# What a search passage is never taken from (both in the browser and in the file:// store below).
+SKIP = (".headerlink, script, style, .toctree-wrapper, nav, .cell_input, .cell_output, .ddp-quiz, .chapter-key, "
+        "details.lab-checks-box, .lab-table, .prediction-body, svg, .plotly-graph-div")
 _JS_PASSAGES = """
+// file://에서는 브라우저가 fetch로 다른 페이지를 읽지 못한다: 빌드가 쓴 본문(search_passages.js)을 대신 준다
+if (location.protocol === "file:" && window.DDP_SEARCH_PAGES) {
+  var fetchOverNetwork = window.fetch;
+  window.fetch = function (url, options) {
+    var path = decodeURI(new URL(url, location.href).pathname);
+    for (var page in window.DDP_SEARCH_PAGES) {
+      if (path.endsWith("/" + page)) return Promise.resolve(new Response(window.DDP_SEARCH_PAGES[page]));
+    }
+    return fetchOverNetwork(url, options);
+  };
+}
 document.addEventListener("DOMContentLoaded", function () {
-  var SKIP = ".headerlink, script, style, .toctree-wrapper, nav, .cell_input, .cell_output, .ddp-quiz, .chapter-key, "
-           + "details.lab-checks-box, .lab-table, .prediction-body";
+  var SKIP = "__SKIP__";
   var BLOCKS = "p, li, dd, td, th, .admonition-title";
   function sentenceWith(text, term) {
     var parts = text.split(/(?<=[.!?])\\s+/), i;
@@ -150,6 +165,16 @@ document.addEventListener("DOMContentLoaded", function () {
     main.querySelectorAll(SKIP).forEach(function (el) { el.remove(); });
     var terms = [...keywords].map(function (k) { return k.toLowerCase(); }).filter(Boolean);
     var blocks = main.querySelectorAll(BLOCKS), found = null, term = null, i, j;
+    // 제목에 검색어가 있는 절이 있으면 그 절의 문장부터 (버킷 → 7.3 버킷 절)
+    main.querySelectorAll("section[id] > h2, section[id] > h3").forEach(function (h) {
+      var title = h.textContent.toLowerCase(), inner;
+      for (j = 0; j < terms.length && !found; j++) {
+        if (title.indexOf(terms[j]) < 0) continue;
+        inner = [...h.parentElement.querySelectorAll(BLOCKS)].find(function (b) {
+          return b.textContent.toLowerCase().indexOf(terms[j]) >= 0; });
+        if (inner) { found = inner; term = terms[j]; }
+      }
+    });
     for (i = 0; i < blocks.length && !found; i++) {
       var text = blocks[i].textContent.replace(/\\s+/g, " ").trim(), lower = text.toLowerCase();
       for (j = 0; j < terms.length; j++) { if (lower.indexOf(terms[j]) >= 0) { found = blocks[i]; term = terms[j]; break; } }
@@ -178,12 +203,64 @@ document.addEventListener("DOMContentLoaded", function () {
 """
 
 
+PASSAGES_JS = "search_passages.js"
+_KEPT = ("h1", "h2", "h3", "h4", "p", "li", "dd", "td", "th")
+
+
+def page_passages(html_text: str) -> str:
+    """The part of a page the search summary reads: its main column's sections, headings and text blocks
+    (no scripts, figures, code or outputs), as small HTML."""
+    from bs4 import BeautifulSoup
+
+    main = BeautifulSoup(html_text, "html.parser").select_one('[role="main"]')
+    if main is None:
+        return ""
+    for el in main.select(SKIP):
+        el.decompose()
+
+    def block(tag) -> str:
+        text = re.sub(r"\s+", " ", tag.get_text()).strip()
+        return f"<{tag.name}>{html.escape(text)}</{tag.name}>" if text else ""
+
+    def walk(node) -> str:
+        out = []
+        for child in node.find_all(True, recursive=False):
+            if child.name == "section":
+                out.append(f'<section id="{html.escape(child.get("id", ""))}">{walk(child)}</section>')
+            elif child.name in _KEPT:
+                out.append(block(child))
+            else:  # containers: admonitions, tables, figures' captions, cells
+                out.append(walk(child))
+        return "".join(out)
+
+    return f'<div role="main">{walk(main)}</div>'
+
+
+def _write_passages(app: Sphinx, exception) -> None:
+    """``_static/search_passages.js``: every page's passages, for the search page opened from file://."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    pages = {}
+    for page in sorted(out.rglob("*.html")):
+        rel = page.relative_to(out).as_posix()
+        if rel.startswith("_") or rel in ("search.html", "genindex.html"):
+            continue
+        passages = page_passages(page.read_text(encoding="utf-8"))
+        if passages:
+            pages[rel] = passages
+    (out / "_static" / PASSAGES_JS).write_text(
+        "window.DDP_SEARCH_PAGES = " + json.dumps(pages, ensure_ascii=False) + ";\n", encoding="utf-8")
+
+
 def _search_page_script(app: Sphinx, pagename, templatename, context, doctree) -> None:
     if pagename == "search":
-        app.add_js_file(None, body=_JS_PASSAGES, priority=900)
+        app.add_js_file(PASSAGES_JS, priority=890)
+        app.add_js_file(None, body=_JS_PASSAGES.replace("__SKIP__", SKIP), priority=900)
 
 
 def setup(app: Sphinx) -> dict:
     app.add_search_language(SearchKorean)
     app.connect("html-page-context", _search_page_script)
+    app.connect("build-finished", _write_passages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -95,8 +95,24 @@ def _page_assets(app: Sphinx, pagename, templatename, context, doctree) -> None:
             if context.get(key) is not None:
                 context[key][:] = [f for f in context[key] if not _SPHINX_DESIGN.search(getattr(f, "filename", None) or "")]
     if "plotly-graph-div" in context.get("body", ""):
-        # Plotly must exist before the figures' inline scripts run: a normal (blocking) script.
-        app.add_js_file("plotly.min.js", priority=200)
+        # 1.5 MB that must not hold up the first paint: deferred, and every figure's inline script waits for it
+        # (:func:`defer_figures` runs them at DOMContentLoaded, which comes after deferred scripts have run).
+        app.add_js_file("plotly.min.js", priority=200, loading_method="defer")
+
+
+# plotly's figure HTML: the figure's div, then an inline script that calls Plotly.newPlot at once.
+FIGURE_SCRIPT = re.compile(r'(<div id="[^"]+" class="plotly-graph-div"[^>]*></div>\s*<script[^>]*>)(.*?)(</script>)',
+                            flags=re.S)
+WAIT_FOR_PAGE = 'document.addEventListener("DOMContentLoaded", function () {'
+
+
+def defer_figures(text: str) -> str:
+    """Each figure's inline script run at DOMContentLoaded, after the deferred plotly.min.js (idempotent)."""
+    def wait(match: re.Match) -> str:
+        body = match[2]
+        return match[0] if body.lstrip().startswith(WAIT_FOR_PAGE) else f"{match[1]}{WAIT_FOR_PAGE}{body}}});{match[3]}"
+
+    return FIGURE_SCRIPT.sub(wait, text)
 
 
 _FONTAWESOME_TAG = re.compile(r'\s*<script defer src="[^"]*scripts/fontawesome\.js[^"]*"></script>')
@@ -109,12 +125,13 @@ _PRIVATE_USE = re.compile(r"([\ue000-\uf8ff])|\\(f[0-9a-fA-F]{3})")
 
 def _lighten_pages(app: Sphinx) -> None:
     """The theme's template hard-codes its fontawesome.js tag (theme-icons.css replaces it) and the
-    search scripts (only search.html needs them while search-as-you-type is off)."""
+    search scripts (only search.html needs them while search-as-you-type is off); plotly figures wait for
+    the deferred plotly.min.js."""
     keep_search = bool(app.config.html_theme_options.get("search_as_you_type"))
     search_page = Path(app.outdir) / "search.html"
 
     def lighten(page: Path, text: str) -> str:
-        lean = _FONTAWESOME_TAG.sub("", text)
+        lean = defer_figures(_FONTAWESOME_TAG.sub("", text))
         return lean if keep_search or page == search_page else _SEARCH_TAGS.sub("", lean)
 
     page_rewrite.rewrite_pages(Path(app.outdir), lighten)

@@ -2,7 +2,7 @@
 
 The quizzes (``book/quizzes/*.yml``, the ``quiz_bank_dir`` setting; rendered by ``labs.quiz``) store each answer in the
 browser's localStorage under one key, the "예측해 보기" boxes (``prediction``) their guesses under another; this table
-reads both keys and shows, per chapter, how many questions were answered and answered correctly, and how many
+reads both keys and shows, per chapter, how many questions were answered and answered correctly at the first choice, and how many
 predictions were made and hit (the prediction ids of every page are registered while the pages are read). It needs
 no kernel and no network.
 """
@@ -36,7 +36,7 @@ _SCRIPT = """
     totalMade += made; totalHit += hit; totalPredictions += pids.length;
   });
   box.querySelector(".ddp-progress-summary").textContent = (total
-    ? "전체 " + total + "문제 중 " + totalAnswered + "문제를 풀었고, " + totalRight + "문제를 맞혔습니다."
+    ? "전체 " + total + "문제 중 " + totalAnswered + "문제를 풀었고, 첫 답으로 " + totalRight + "문제를 맞혔습니다."
     : "아직 퀴즈가 없습니다.") + (totalPredictions
     ? " 예측 " + totalPredictions + "개 중 " + totalMade + "개를 했고, " + totalHit + "개가 맞았습니다." : "");
 })();
@@ -83,7 +83,7 @@ def _render(app: Sphinx, docname: str) -> str:
     return (
         '<div class="ddp-progress"><p class="ddp-progress-summary" aria-live="polite"></p>'
         '<table class="lab-table"><caption>장별 확인 문제와 예측 진행 상황 (이 브라우저에 저장됨)</caption>'
-        '<thead><tr><th scope="col">장</th><th scope="col">푼 문제</th><th scope="col">맞힌 문제</th>'
+        '<thead><tr><th scope="col">장</th><th scope="col">푼 문제</th><th scope="col">첫 답으로 맞힌 문제</th>'
         '<th scope="col">한 예측</th><th scope="col">맞힌 예측</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table></div>'
         f"<script>{_SCRIPT % keys}</script>"
