@@ -19,6 +19,8 @@ DIGIT_BATCHIM = set("013678")
 NOUNS = ("청크", "샤드", "버킷", "랭크", "노드", "스텝", "모델", "파라미터", "텐서", "프로세스", "그래디언트", "복제본")
 _NOUN_PARTICLE = re.compile(rf"({'|'.join(NOUNS)})(이|가|은|는|을|를|과|와)(?=[\s.,)\"'])")
 _RANK_NUMBER = re.compile(r"랭크 (\d+)(이|가|은|는|을|를|과|와)(?=[\s.,)\"'])")
+# A number read in Korean (6,000,018 → …팔): not a model name's (ZeRO-3, 제로 쓰리) nor a fraction's (1/4, 사분의 일)
+_NUMBER = re.compile(r"(?<![\w.\-/])(\d[\d,]*)(이|가|은|는|을|를|과|와)(?=[\s.,)\"'])")
 
 
 def has_batchim(syllable: str) -> bool:
@@ -29,8 +31,9 @@ def wrong_particles(text: str) -> list[str]:
     """Every noun + particle whose particle does not fit the noun's last sound."""
     bad = [m.group(0) for m in _NOUN_PARTICLE.finditer(text)
            if has_batchim(m.group(1)[-1]) != (m.group(2) in WITH_BATCHIM)]
-    bad += [m.group(0) for m in _RANK_NUMBER.finditer(text)
-            if (m.group(1)[-1] in DIGIT_BATCHIM) != (m.group(2) in WITH_BATCHIM)]
+    numbers = {m.start(1): m.group(0) for pattern in (_NUMBER, _RANK_NUMBER) for m in pattern.finditer(text)
+               if (m.group(1)[-1] in DIGIT_BATCHIM) != (m.group(2) in WITH_BATCHIM)}  # 랭크 N은 한 번만
+    bad += [numbers[at] for at in sorted(numbers)]
     return bad
 
 
@@ -39,6 +42,8 @@ def wrong_particles(text: str) -> list[str]:
     ("파라미터 샤드과 같다. 샤드을 더하면", ["샤드과", "샤드을"]),
     ("랭크 1가 먼저, 랭크 2이 나중에", ["랭크 1가", "랭크 2이"]),
     ("청크를 보내고 샤드와 같으며 랭크 1이 먼저, 랭크 2가 나중, 랭크 10은 끝", []),
+    ("원소 6,000,018와 합친다. 4,224가 남고 12,672을 보낸다", ["6,000,018와", "12,672을"]),
+    ("ZeRO-3는 나누고 손실에 1/4을 곱하며 스텝 3은 끝", []),
 ])
 def test_the_rule_finds_exactly_the_wrong_particles(text, wrong):
     assert wrong_particles(text) == wrong

@@ -153,4 +153,4 @@ def timeline_alt(result) -> str:
     backward = sorted({_cell_text(c).replace("<br>", ", ") for c in plain["backward"]})
     return (f"모델 {len(result.data['counts'])}가지에 대해 순전파와 역전파의 반복별 집합 통신 수를 칸으로 나타낸 그림. "
             f"일반 MLP의 순전파는 버킷을 재구성한 반복({forward})에만 통신이 있고, 역전파에는 반복마다 "
-            f"{' 또는 '.join(backward)}가 있다.")
+            f"집합 통신 {' 또는 '.join(backward)}이(가) 있다.")
