@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from . import replay
 from .context import resolve_backend
@@ -70,6 +71,7 @@ def observe(lab: str, nproc: int, params: dict, timeout: float) -> dict:
     if recorded is not None:
         return recorded["outcome"]
     started = time.perf_counter()
+    outcome: dict[str, Any]
     with tempfile.TemporaryDirectory(prefix=f"ddp-{lab}-stderr-") as stderr_dir:
         try:
             run(lab, nproc=nproc, timeout=timeout, stderr_dir=stderr_dir, **params)

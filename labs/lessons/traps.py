@@ -155,7 +155,7 @@ def _batches(ctx: RankContext, steps: int, per_rank_batch: int, seed: int) -> li
             for s in range(steps)]
 
 
-UNUSED_CONFIGS = {"bug": {"default": {}},
+UNUSED_CONFIGS: dict[str, dict[str, dict[str, bool]]] = {"bug": {"default": {}},
                   "fix": {"find_unused_parameters": {"find_unused_parameters": True},
                           "static_graph": {"static_graph": True}}}
 
@@ -214,7 +214,8 @@ def unused_summary(ranks: list[dict], variant: str, *, steps: int) -> Summary:
     extra = [[item for item in step if item == ("all_reduce", n_tensors, "int32")] for step in
              rows["find_unused_parameters"]["items_per_step"]]
     checks.append(check_equal("find_unused_extra_all_reduce", sorted({len(e) for e in extra}), [1],
-                              f"find_unused_parameters=True는 매 반복 int32 {n_tensors}칸짜리 사용 여부 표를 한 번 더 All-Reduce한다(반복당 개수)"))
+                              f"find_unused_parameters=True는 매 반복 int32 {n_tensors}칸짜리 사용 여부 표를 "
+                              "한 번 더 All-Reduce한다(반복당 개수)"))
     steady_static = rows["static_graph"]["all_reduce_per_step"][1:]
     steady_find = rows["find_unused_parameters"]["all_reduce_per_step"][1:]
     if steady_static:
@@ -256,7 +257,8 @@ def eval_rank0_summary(ranks: list[dict], variant: str) -> Summary:
 def set_epoch_rank(ctx: RankContext, variant: str, *, samples: int, per_rank_batch: int, epochs: int,
                    seed: int) -> dict:
     dataset = TensorDataset(torch.arange(samples))
-    sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=seed)
+    sampler: DistributedSampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
+                                                     seed=seed)
     loader = DataLoader(dataset, batch_size=per_rank_batch, sampler=sampler)
     epoch_orders = epoch_orders_bug if variant == "bug" else epoch_orders_fix
     return {"orders": epoch_orders(sampler, loader, epochs)}
@@ -290,6 +292,7 @@ def set_epoch_summary(ranks: list[dict], variant: str, *, samples: int, per_rank
 def average_gradients(model: nn.Module, world_size: int) -> None:
     """Chapter 4's step by hand: every rank all-reduces each gradient and divides by N."""
     for param in model.parameters():
+        assert param.grad is not None  # 이 함정의 모델은 모든 파라미터를 쓴다
         dist.all_reduce(param.grad)
         param.grad /= world_size
 
@@ -422,13 +425,15 @@ def seed_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: int
     init = flat_parameters(model).tolist()
     ddp = wrap_ddp(model, ctx.device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    masks, noises = [], []
+    masks: list[list] = []
+    noises: list[list] = []
     for s in range(steps):
         xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, s)
         noise = 0.1 * torch.randn_like(xb)                # 데이터 증강: 입력에 잡음
         optimizer.zero_grad()
         _loss(ddp, (xb + noise).to(ctx.device), yb.to(ctx.device)).backward()
         optimizer.step()
+        assert model.last_mask is not None  # 순전파가 방금 남겼다
         masks.append(model.last_mask.cpu().tolist())
         noises.append(noise.tolist())
     return {"init": init, "masks": masks, "noises": noises, "params": flat_parameters(model).tolist()}
@@ -528,10 +533,10 @@ def checkpointing_summary(ranks: list[dict], variant: str, *, steps: int) -> Sum
 
 # ----------------------------------------------------------------------------- the lab
 
-RANK_FNS = {"no_sync": no_sync_rank, "unused": unused_rank, "eval_rank0": eval_rank0_rank,
+RANK_FNS: dict[str, Callable[..., dict]] = {"no_sync": no_sync_rank, "unused": unused_rank, "eval_rank0": eval_rank0_rank,
             "set_epoch": set_epoch_rank, "partial_collective": partial_collective_rank, "shape": shape_rank,
             "lr_scaling": lr_scaling_rank, "seed": seed_rank, "checkpointing": checkpointing_rank}
-SUMMARIES = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0": eval_rank0_summary,
+SUMMARIES: dict[str, Callable[..., Summary]] = {"no_sync": no_sync_summary, "unused": unused_summary, "eval_rank0": eval_rank0_summary,
              "set_epoch": set_epoch_summary, "partial_collective": partial_collective_summary,
              "shape": shape_summary, "lr_scaling": lr_scaling_summary, "seed": seed_summary,
              "checkpointing": checkpointing_summary}
@@ -546,7 +551,7 @@ class TrapsRecord(TypedDict):
     measured: dict[str, Any]
 
 
-def named_params(fn: Callable, params: dict) -> dict:
+def named_params(fn: Callable[..., Any], params: dict) -> dict:
     """The parameters among ``params`` that ``fn`` names after its ``*``: each trap takes only what it uses."""
     names = {name for name, arg in inspect.signature(fn).parameters.items() if arg.kind is arg.KEYWORD_ONLY}
     return {name: value for name, value in params.items() if name in names}
