@@ -106,3 +106,19 @@ def test_a_bug_gets_its_diagnosis_and_exit_1():
     assert proc.returncode == EXIT_CHECK_FAILED, proc.stdout + proc.stderr
     assert "가장 가능성 높은 원인 (grads_averaged)" in proc.stdout and "N으로 나누지 않았습니다" in proc.stdout
     assert "[실패] torch DDP·단일 프로세스와 같은 결과 (matches_oracles)" in proc.stdout
+
+
+
+def test_a_file_saved_with_a_byte_order_mark_is_read_as_python(tmp_path):
+    # Windows 메모장 등은 UTF-8 파일 앞에 BOM(EF BB BF)을 붙인다: 파이썬은 그 파일을 그대로 실행하므로 채점기도 읽는다
+    import ast
+    from pathlib import Path
+
+    import labs
+    from labs.grading.source import read_tree
+
+    reference = Path(labs.__file__).parent / "ddp" / "miniddp.py"
+    marked = tmp_path / "my_ddp.py"
+    marked.write_bytes(b"\xef\xbb\xbf" + reference.read_bytes())
+    _, tree = read_tree(marked)
+    assert ast.dump(tree) == ast.dump(ast.parse(reference.read_text(encoding="utf-8")))

@@ -74,7 +74,7 @@ def read_tree(path: str | Path) -> tuple[Path, ast.Module]:
     if size > MAX_BYTES:
         raise GradeInputError(f"{file.name}이(가) 너무 큽니다({size:,}바이트, 최대 {MAX_BYTES:,}바이트). "
                               "DDP 클래스가 든 파이썬 파일 하나를 주세요.")
-    source = file.read_text(encoding="utf-8", errors="replace")
+    source = file.read_text(encoding="utf-8-sig", errors="replace")  # 메모장 등이 앞에 붙이는 BOM은 파이썬 코드다
     try:
         return file, ast.parse(source, filename=str(file))
     except SyntaxError as err:
