@@ -108,7 +108,6 @@ def test_a_bug_gets_its_diagnosis_and_exit_1():
     assert "[실패] torch DDP·단일 프로세스와 같은 결과 (matches_oracles)" in proc.stdout
 
 
-
 def test_a_file_saved_with_a_byte_order_mark_is_read_as_python(tmp_path):
     # Windows 메모장 등은 UTF-8 파일 앞에 BOM(EF BB BF)을 붙인다: 파이썬은 그 파일을 그대로 실행하므로 채점기도 읽는다
     import ast

@@ -352,8 +352,8 @@ def test_pages_are_korean(site):
 THEME_UI_KO = {"Skip to main content": "본문으로 건너뛰기", "Back to top": "맨 위로", "Color mode": "색 모드",
                "On this page": "이 페이지의 내용", "Search...": "이 책에서 검색...",
                'title="Toggle primary sidebar"': 'title="책 목차 열고 닫기"', 'aria-label="Main"': 'aria-label="책 목차"',
-               'title="Link to this heading"': 'title="이 제목으로 바로 가는 링크"',
-               'aria-label="Toggle hidden content"': 'aria-label="실행한 코드 보기"'}
+               'title="Link to this heading"': 'title="이 제목의 링크"',
+               'aria-label="Toggle hidden content"': 'aria-label="코드 보기"'}
 
 
 def test_theme_interface_is_korean(site):
@@ -376,7 +376,7 @@ def test_helper_scripts_speak_korean(site):
 
 def test_a_hidden_cell_says_what_it_opens(site):
     chapter = (site / "book/10_traps.html").read_text(encoding="utf-8")
-    assert "실행한 코드 보기" in chapter and "펼쳐 보기" not in chapter, "숨긴 코드 셀의 단추가 무엇을 여는지 말하지 않습니다"
+    assert "코드 보기" in chapter and "펼쳐 보기" not in chapter, "숨긴 코드 셀의 단추가 무엇을 여는지 말하지 않습니다"
     recipe = (site / "book/14_recipe.html").read_text(encoding="utf-8")
     assert "출력 보기" in recipe, "숨긴 출력 셀(14.6의 보고서)의 단추가 '출력 보기'가 아닙니다"
 

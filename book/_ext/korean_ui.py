@@ -5,7 +5,7 @@ Most of the theme's interface is translated through ``book/_locale/ko/LC_MESSAGE
 so no catalog reaches them. They are replaced in the written pages and static scripts instead:
 
 - attribute values of sphinx-book-theme's templates and Sphinx's heading links (:data:`HARD_CODED`);
-- myst-nb's fold of a hidden cell says what it opens: the code that ran, or its output (:func:`_fold_labels`);
+- myst-nb's fold of a hidden cell says what it opens: the code, or its output (:func:`_fold_labels`);
 - sphinx-copybutton's tooltips get a Korean entry (its script picks the page's ``lang``), sphinx-togglebutton's
   button a Korean label (:data:`STATIC_SCRIPTS`).
 
@@ -29,16 +29,16 @@ HARD_CODED = {
     'title="Toggle secondary sidebar"': 'title="이 페이지의 내용 열고 닫기"',
     'aria-label="Main"': 'aria-label="책 목차"',
     '<nav aria-label="Page">': '<nav aria-label="페이지">',
-    'title="Link to this heading"': 'title="이 제목으로 바로 가는 링크"',
-    'title="Link to this image"': 'title="이 그림으로 바로 가는 링크"',
-    'title="Link to this table"': 'title="이 표로 바로 가는 링크"',
-    'title="Link to this code"': 'title="이 코드로 바로 가는 링크"',
-    'title="Link to this definition"': 'title="이 정의로 바로 가는 링크"',
-    'title="Link to this term"': 'title="이 용어로 바로 가는 링크"',
+    'title="Link to this heading"': 'title="이 제목의 링크"',
+    'title="Link to this image"': 'title="이 그림의 링크"',
+    'title="Link to this table"': 'title="이 표의 링크"',
+    'title="Link to this code"': 'title="이 코드의 링크"',
+    'title="Link to this definition"': 'title="이 정의의 링크"',
+    'title="Link to this term"': 'title="이 용어의 링크"',
 }
 
 # A hidden cell's fold (myst-nb): what it opens, by where the hidden part sits.
-FOLDS = {"input": ("실행한 코드 보기", "코드 접기"), "output": ("출력 보기", "출력 접기")}
+FOLDS = {"input": ("코드 보기", "코드 접기"), "output": ("출력 보기", "출력 접기")}
 _FOLD = re.compile(r'(<details class="admonition hide above-(input|output)">\s*<summary) aria-label="[^"]*">'
                    r'(\s*<p class="collapsed admonition-title">)[^<]*(</p>\s*<p class="expanded admonition-title">)'
                    r'[^<]*(</p>)')
@@ -51,20 +51,9 @@ STATIC_SCRIPTS = {
     "togglebutton.js": ('aria-label="Toggle hidden content"', 'aria-label="숨긴 내용 펼치기"'),
 }
 
-FORWARD_TOGGLES = """
-document.addEventListener("DOMContentLoaded", () => {
-  for (const kind of ["primary-toggle", "secondary-toggle"]) {
-    const [wired, ...others] = document.querySelectorAll("." + kind);
-    for (const button of wired ? others : []) {
-      button.addEventListener("click", (event) => {
-        event.preventDefault();
-        event.stopPropagation();
-        wired.click();
-      });
-    }
-  }
-});
-"""
+FORWARD_TOGGLES = ('document.addEventListener("DOMContentLoaded",()=>{for(const k of["primary-toggle","secondary-toggle"]){'
+                   'const[w,...o]=document.querySelectorAll("."+k);if(w)for(const b of o)b.addEventListener("click",e=>{'
+                   'e.preventDefault();e.stopPropagation();w.click()})}});')
 
 
 def _fold_labels(text: str) -> str:

@@ -84,15 +84,32 @@ def _rounded(value):
     return value
 
 
+# Template layout parts the page never needs: subplot kinds outside the site's cartesian bundle, always; and the
+# colour scales, unless a trace maps numbers to colours (a heatmap's z, a numeric marker colour, a colour axis).
+_OTHER_SUBPLOTS = ("geo", "mapbox", "polar", "scene", "ternary")
+_COLOUR_SCALES = ("colorscale", "coloraxis")
+
+
+def _maps_numbers_to_colours(trace: dict) -> bool:
+    colour = trace.get("marker", {}).get("color")
+    numeric = isinstance(colour, list) and any(isinstance(c, (int, float)) for c in colour)
+    return "z" in trace or "coloraxis" in trace or numeric or "colorscale" in trace.get("marker", {})
+
+
 def _compact(fig: go.Figure) -> dict:
     """The figure as plotly JSON for the page, lighter: numbers to eight significant digits, and the
     template's per-trace defaults only for the trace types the figure draws (plotly's default template
-    carries them for every type, about 4 KB a figure)."""
+    carries them for every type, about 4 KB a figure), without the layout parts it cannot use (1.6 KB)."""
     spec = json.loads(fig.to_json())
     template = spec.get("layout", {}).get("template", {})
     if "data" in template:
         used = trace_types(fig)
         template["data"] = {kind: v for kind, v in template["data"].items() if kind in used}
+    unused = _OTHER_SUBPLOTS
+    if not any(_maps_numbers_to_colours(trace) for trace in spec.get("data", [])):
+        unused += _COLOUR_SCALES
+    for key in unused:
+        template.get("layout", {}).pop(key, None)
     return _rounded(spec)
 
 
