@@ -105,7 +105,7 @@ def _compact(fig: go.Figure) -> dict:
     if "data" in template:
         used = trace_types(fig)
         template["data"] = {kind: v for kind, v in template["data"].items() if kind in used}
-    unused = _OTHER_SUBPLOTS
+    unused: tuple[str, ...] = _OTHER_SUBPLOTS
     if not any(_maps_numbers_to_colours(trace) for trace in spec.get("data", [])):
         unused += _COLOUR_SCALES
     for key in unused:
