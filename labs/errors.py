@@ -99,6 +99,18 @@ class RankCrashedError(LabError):
         )
 
 
+class PeerLostError(LabError):
+    """Under torchrun: a collective's connection to another rank broke (that rank's process or node died)."""
+
+    def __init__(self, lab: str, rank: int, peer: str, message: str):
+        self.lab, self.rank, self.peer, self.message = lab, rank, peer, message
+        self._init_args = (lab, rank, peer, message)
+        super().__init__(
+            f"실습 '{lab}'의 랭크 {rank}: 다른 랭크와의 연결이 끊겼습니다(상대 {peer}). 그 노드의 랭크나 torchrun "
+            "에이전트가 죽었습니다(메모리 부족, kill, 노드 장애). 그 노드의 로그를 확인한 뒤 잡을 다시 띄우세요.\n"
+            f"--- gloo의 오류 ---\n{message}")
+
+
 class LabTimeoutError(LabError):
     """Some ranks did not finish within the time limit; ``places``: where each rank was stuck, in the reader's
     words (the grader fills it)."""

@@ -46,6 +46,7 @@ from .errors import (
     LabTimeoutError,
     LaunchInterrupted,
     MainGuardMissing,
+    PeerLostError,
     RankCrashedError,
     RankFailedError,
 )
@@ -160,6 +161,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     params = lab.resolve_params(params, world_size)
     local_rank = int(os.environ["LOCAL_RANK"])
     resolved = resolve_backend(backend, int(os.environ["LOCAL_WORLD_SIZE"]))
+    _watch_launcher(os.getppid(), [])  # torchrun의 에이전트가 죽으면(SIGKILL, OOM) 이 랭크도 끝난다
     dist.init_process_group(resolved, timeout=store_timeout(timeout))
     watch = HangWatch(lab.name, rank, world_size, timeout)
     try:
@@ -168,8 +170,11 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
         watch.finished()
         gathered: list[Any] | None = [None] * world_size if rank == 0 else None
         dist.gather_object(record, gathered, dst=0)
-    except Exception:
+    except Exception as err:
         watch.absorb_echo()
+        peer = lost_peer(err)
+        if peer is not None:
+            raise PeerLostError(lab.name, rank, peer, str(err).strip().splitlines()[0]) from None
         raise
     finally:
         watch.stop()
@@ -420,8 +425,22 @@ def _stop(ranks: list[_Rank], graceful: bool) -> None:
     _drain_stderr(ranks, seconds=0.0)
 
 
+# gloo's words when the other end of a rank's connection has gone (its process died, its node went down)
+_PEER_GONE = re.compile(r"(?:Connection closed by peer|Connection reset by peer|Broken pipe|Connection refused)"
+                        r"(?: \[([^\]]+)\]:(\d+))?")
+
+
+def lost_peer(err: BaseException) -> str | None:
+    """The address of the rank whose connection broke (``host:port``, or ``알 수 없음``), or None."""
+    found = _PEER_GONE.search(str(err))
+    if found is None:
+        return None
+    return f"{found[1]}:{found[2]}" if found[1] else "알 수 없음"
+
+
 def _watch_launcher(launcher_pid: int, leftovers: list[str]) -> None:
-    """In a rank: when the launcher is gone (even SIGKILL), remove its folders and end this rank."""
+    """In a rank: when the process that started it (this launcher, or torchrun's agent) is gone (even SIGKILL),
+    remove its folders and end this rank."""
     def watch():
         try:
             select.select([os.pidfd_open(launcher_pid)], [], [])  # Linux 5.3+: readable once it has ended

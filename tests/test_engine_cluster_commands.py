@@ -10,6 +10,7 @@ which also shows the scripts find the repository from any working directory).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -128,6 +129,69 @@ def test_two_agents_rendezvous_as_two_nodes(tmp_path, no_leftover_children):
     assert len(reports) == 1, "보고서는 랭크 0이 있는 에이전트 하나만 출력한다"
     _assert_all_passed(reports[0], "replicas", 2 * RANKS)
     assert re.search(rf"distinct_processes: {2 * RANKS}\b", reports[0])
+    no_leftover_children()
+
+
+def _worker_rank(agent: subprocess.Popen) -> dict[int, psutil.Process]:
+    """The agent's lab worker by its RANK (empty until the worker has started)."""
+    found = {}
+    for p in _tree(agent)[1:]:
+        try:
+            if "labs" in " ".join(p.cmdline()) and "RANK" in p.environ():
+                found[int(p.environ()["RANK"])] = p
+        except psutil.Error:
+            continue
+    return found
+
+
+def _connected(a: psutil.Process, b: psutil.Process) -> bool:
+    """Whether the two processes hold the two ends of an established TCP connection (gloo's pair once the group
+    has formed), so a kill now happens inside the lab, not during init_process_group."""
+    try:
+        ends = {(c.laddr, c.raddr) for c in a.net_connections("tcp") if c.status == psutil.CONN_ESTABLISHED and c.raddr}
+        return any((c.raddr, c.laddr) in ends for c in b.net_connections("tcp")
+                   if c.status == psutil.CONN_ESTABLISHED and c.raddr)
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_agent_takes_its_rank_along_and_the_survivor_names_the_lost_node(tmp_path, no_leftover_children):
+    """Two agents × 1 rank; rank 1 stays out of the all_reduce rank 0 waits in; its agent is SIGKILLed (an OOM kill).
+    Its worker ends with it (it watches the agent), so rank 0's connection breaks: the survivor ends non-zero at once
+    with a Korean line naming the lost peer, long before the lab's 300 s limit."""
+    port = _free_port()
+    command = commands.torchrun_nodes("faults", nproc=1, head="127.0.0.1", port=port,
+                                      params={"mode": "hang", "fault_rank": 1}) + " --timeout 300"
+    head = _start_agent(command, tmp_path)
+    other, worker = None, None
+    try:
+        _wait_listening(port, head, 60)
+        other = _start_agent(command, tmp_path)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            workers = _worker_rank(head) | _worker_rank(other)
+            if len(workers) == 2 and _connected(workers[0], workers[1]):
+                break
+            time.sleep(0.5)
+        time.sleep(2)  # 그룹이 생긴 뒤 랭크 0이 all_reduce에 들어갈 때까지
+        victim = head if 1 in _worker_rank(head) else other
+        survivor = other if victim is head else head
+        worker = _worker_rank(victim)[1]
+        victim.kill()
+        killed = time.monotonic()
+        _, err = survivor.communicate(timeout=60)
+        ended = time.monotonic() - killed
+        worker_gone = not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    except subprocess.TimeoutExpired:
+        worker_gone, ended, err = worker is None or not worker.is_running(), math.inf, "(60초 안에 끝나지 않음)"
+    finally:
+        if worker is not None and worker.is_running():
+            worker.kill()  # 고아가 된 랭크: 죽은 에이전트의 파이프를 붙잡고 있다
+        _stop(head, *([other] if other else []))
+    assert worker_gone, "에이전트가 죽었는데 그 랭크가 계속 돈다"
+    assert survivor.returncode != 0 and ended < 30, (survivor.returncode, ended, err[-2000:])
+    assert "다른 랭크와의 연결이 끊겼습니다(상대 127.0.0.1:" in err, err[-2000:]
     no_leftover_children()
 
 
