@@ -37,9 +37,11 @@ HARD_CODED = {
     'title="Link to this term"': 'title="이 용어의 링크"',
 }
 
-# A hidden cell's fold (myst-nb): what it opens, by where the hidden part sits.
-FOLDS = {"input": ("코드 보기", "코드 접기"), "output": ("출력 보기", "출력 접기")}
-_FOLD = re.compile(r'(<details class="admonition hide above-(input|output)">\s*<summary) aria-label="[^"]*">'
+# A hidden cell's fold (myst-nb): what it opens, by where the hidden part sits (above the output: the code; above
+# nothing or below the shown code: the output).
+_CODE, _OUTPUT = ("코드 보기", "코드 접기"), ("출력 보기", "출력 접기")
+FOLDS = {"above-input": _CODE, "above-output": _OUTPUT, "below-input": _OUTPUT}
+_FOLD = re.compile(r'(<details class="admonition hide (above-input|above-output|below-input)">\s*<summary) aria-label="[^"]*">'
                    r'(\s*<p class="collapsed admonition-title">)[^<]*(</p>\s*<p class="expanded admonition-title">)'
                    r'[^<]*(</p>)')
 
