@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any, cast
@@ -229,12 +230,27 @@ class _Rank:
             conn.close()
 
 
+_REMOVED_IF_KILLED: list[str] = []
+
+
+@contextlib.contextmanager
+def removed_if_killed(path: str) -> Iterator[str]:
+    """While inside: the ranks spawned now remove ``path`` if this launcher is killed (SIGKILL, OOM), since the
+    launcher cannot clean up then. Its own exit removes the folder as usual."""
+    _REMOVED_IF_KILLED.append(path)
+    try:
+        yield path
+    finally:
+        _REMOVED_IF_KILLED.remove(path)
+
+
 def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: float) -> list:
     """Start ``nproc`` processes, each running the lab's rank function; return records by rank."""
     store = dist.TCPStore(HOST, 0, None, True, timedelta(seconds=timeout + _RANK_TIMEOUT_MARGIN),
                           wait_for_workers=False)
     ctx = _context()
-    leftovers = [mp.util.get_temp_dir()]  # the fork server's socket folder: a rank removes it if we are killed
+    # the fork server's socket folder and the callers' folders: a rank removes them if we are killed
+    leftovers = [mp.util.get_temp_dir(), *_REMOVED_IF_KILLED]
     args = (nproc, backend, store.port, params, timeout, os.getpid(), leftovers)
     ranks = [_Rank(ctx, lab_name, rank, args) for rank in range(nproc)]
     ok = False

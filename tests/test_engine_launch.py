@@ -466,6 +466,30 @@ def test_a_grade_ended_by_sigterm_says_so_in_one_korean_line(tmp_path):
     assert len(lines) == 1 and "중단" in lines[0] and has_hangul(lines[0]), err[-3000:]
 
 
+@pytest.mark.timeout(240)
+def test_a_grade_killed_with_sigkill_leaves_no_folder(tmp_path):
+    """SIGKILL of `labs grade` while the reader's class hangs: the launcher cannot clean up, so its ranks remove its
+    labs-grade-* folder (their stack notes) before they end (before, rank0.json and rank1.json stayed in TMPDIR)."""
+    reader, tmp = tmp_path / "src" / "hangs.py", tmp_path / "tmp"
+    reader.parent.mkdir()
+    tmp.mkdir()
+    reader.write_text(HANGING_DDP, encoding="utf-8")
+    launcher = _start_hanging_launcher(tmp, ("grade", str(reader), "--timeout", "200"), nranks=2)
+    sid = launcher.pid
+    try:
+        assert any(p.name.startswith("labs-grade-") for p in tmp.iterdir()), _temp_left(tmp)
+        os.kill(sid, signal.SIGKILL)
+        launcher.communicate(timeout=60)
+        left = _wait_gone(sid, 15)
+        deadline = time.monotonic() + 10
+        while _temp_left(tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        _kill_session(sid)
+    assert not left, describe(left)
+    assert _temp_left(tmp) == [], f"TMPDIR에 남은 것: {_temp_left(tmp)}"
+
+
 # ----------------------------------------------------------------------------- a script without the main guard
 
 SCRIPT = """import labs

@@ -54,7 +54,7 @@ def traced(path: str | Path, spawned: bool = True) -> Iterator[str]:
     if not spawned:
         yield ""
         return
-    with tempfile.TemporaryDirectory(prefix="labs-grade-") as trace_dir:
+    with tempfile.TemporaryDirectory(prefix="labs-grade-") as trace_dir, launch.removed_if_killed(trace_dir):
         try:
             yield trace_dir
         except (RankCrashedError, LabTimeoutError) as err:
