@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -22,6 +22,15 @@ KINDS = ("close", "equal", "at_most", "at_least", "true", "n/a")
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def largest(values: Iterable[Any]) -> Any:
+    """``max`` over the ranks' values that a NaN cannot hide from: NaN if any value is NaN (Python's ``max``
+    keeps whichever value it met first, so ``max([0.0, nan])`` is 0.0 and a diverged rank 1 would pass)."""
+    items = list(values)
+    if any(isinstance(v, float) and math.isnan(v) for v in items):
+        return math.nan
+    return max(items)
 
 
 @dataclass(frozen=True)

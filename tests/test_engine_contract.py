@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import TypedDict, is_typeddict
 
 import pytest
 import torch
+from conftest import assert_only_these_fail
 
 import labs
 from labs.context import Described, RankContext
 from labs.registry import Lab
-from labs.result import Summary, check_at_least, check_at_most, check_close, check_equal, check_true, not_applicable
+from labs.result import (
+    Summary,
+    check_at_least,
+    check_at_most,
+    check_close,
+    check_equal,
+    check_true,
+    largest,
+    not_applicable,
+)
 
 
 def test_check_kinds_compare_what_they_say():
@@ -31,6 +42,25 @@ def test_a_check_without_its_measurement_fails(missing):
             check_at_least("l", missing, 0.0, "d"), check_equal("e", missing, missing, "d"),
             check_true("t", True, missing, "d"), check_true("t", None, 1, "d")]
     assert not any(c.ok for c in made)
+
+
+def test_largest_keeps_a_nan_that_max_skips():
+    assert max([0.0, math.nan]) == 0.0  # 파이썬의 max는 처음 만난 값을 쥐고 있어 NaN을 건너뛴다
+    assert math.isnan(largest([0.0, math.nan])) and math.isnan(largest([math.nan, 0.0]))
+    assert largest([1, 3, 2]) == 3 and largest(x for x in (0.5, 0.25)) == 0.5
+
+
+# Issue 39: a NaN in the last rank's record passed the claims that take the largest value over the ranks.
+NAN_ON_LAST_RANK = [("equivalence", 2, "matches_single_process", lambda r: r["param_diff"].__setitem__(-1, math.nan)),
+                    ("faults", 2, "all_reduce_sum", lambda r: r.__setitem__("sum", math.nan))]
+
+
+@pytest.mark.real_ranks
+@pytest.mark.parametrize("lab_name, nproc, check, poison", NAN_ON_LAST_RANK, ids=[c[0] for c in NAN_ON_LAST_RANK])
+def test_a_nan_on_one_rank_fails_the_claim(lab_name, nproc, check, poison):
+    result = labs.run(lab_name, nproc=nproc).assert_ok()
+    lab_module = importlib.import_module(f"labs.lessons.{lab_name}")
+    assert_only_these_fail(lab_module, result, lambda ranks: poison(ranks[-1]), {check})
 
 
 def test_not_applicable_is_reported_but_never_fails():

@@ -159,6 +159,7 @@ def test_every_default_satisfies_its_own_spec():
 
 # ----------------------------------------------------------------------------- values inside the ranges
 
+TINY = 1e-300  # the smallest value of an open range from 0 that the walk tries (issue 39: caps_mb=1e-300)
 # The other parameters of a walk run: the cheapest values that keep every claim measurable, at N=2.
 CHEAP: dict[str, dict[str, object]] = {"miniddp": {"repeats": 1}, "train": {"epochs": 2}, "myths": {"steps": 30},
          "bench": {"sizes": (4096, 8 << 20), "repeats": 3, "warmup": 1, "memcpy_mb": 1, "ddp_steps": 2}}
@@ -186,8 +187,8 @@ def in_range_values(spec) -> list[tuple[str, object]]:
         return []
     low, high = item.min, item.max
     assert low is not None and high is not None, "numeric specs declare both bounds"
-    if isinstance(item, Float) and item.min_open:  # 열린 하한: 그 바로 위
-        low = low * 1.001 if low else high * 1e-4
+    if isinstance(item, Float) and item.min_open:  # 열린 하한: 그 바로 위(0이면 1e-300: 바이트로 0인 cap, 움직이지 않는 lr)
+        low = low * 1.001 if low else TINY
     mid = math.sqrt(max(low, 1) * high) if high > 16 * max(low, 1) else (low + high) / 2
     mid = round(mid) if isinstance(item, Int) else mid
     return [(where, (v,) if isinstance(spec, ListOf) else v) for where, v in (("min", low), ("max", high), ("mid", mid))]

@@ -281,3 +281,18 @@ def test_values_inside_every_range_pass_or_are_refused():
     from test_engine_params import walk, walk_cases
 
     walk("bench", walk_cases("bench"))
+
+
+def test_caps_that_cannot_show_fewer_calls_are_not_applicable():
+    """Issue 39: ``caps_mb=1e-300`` (one cap, below every tensor) failed a true claim. One cap, or caps all at most
+    the smallest tensor, cannot show the effect (n/a); a DDP that ignores the cap still fails at caps that can."""
+    from labs.lessons.bench.summary import fewer_calls_check
+
+    tensors, bias_bytes = 24, 4 * 256
+    assert not fewer_calls_check([24], tensors, [1e-300], bias_bytes).applicable
+    assert not fewer_calls_check([24, 24], tensors, [1e-300, bias_bytes / 2**20], bias_bytes).applicable
+    assert fewer_calls_check([24, 9, 1], tensors, [1e-300, 0.1, 25.0], bias_bytes).ok
+    ignores_cap = fewer_calls_check([24, 24, 24], tensors, [0.1, 1.0, 25.0], bias_bytes)
+    assert ignores_cap.applicable and not ignores_cap.ok
+    grows = fewer_calls_check([9, 12], tensors, [0.1, 25.0], bias_bytes)
+    assert grows.applicable and not grows.ok

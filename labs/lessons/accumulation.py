@@ -21,7 +21,7 @@ from ..context import Described, RankContext
 from ..ddp.accumulation import accumulate
 from ..params import Float, Int, seed
 from ..registry import Lab
-from ..result import Summary, check_close, check_equal
+from ..result import Summary, check_close, check_equal, largest
 from ..tools.comms import CollectiveCounter
 from ..tools.models import flat_gradients, flat_parameters, mse_backward, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..tools.primitives import max_abs_diff
@@ -78,8 +78,8 @@ def summarize(ranks: list[AccumulationRecord], backend: str, params: dict[str, A
     tol = 1e-6
     counts = {v: sorted({r[v]["all_reduce"] for r in ranks}) for v in VARIANTS}
     saved = [r["sync_every"]["all_reduce"] - r["no_sync"]["all_reduce"] for r in ranks]
-    vs_big = {v: max(max_abs_diff(r[v]["params"], r["big_batch"]["params"]) for r in ranks) for v in VARIANTS[:2]}
-    across = max(max_abs_diff(r["no_sync"]["params"], ranks[0]["no_sync"]["params"]) for r in ranks)
+    vs_big = {v: largest(max_abs_diff(r[v]["params"], r["big_batch"]["params"]) for r in ranks) for v in VARIANTS[:2]}
+    across = largest(max_abs_diff(r["no_sync"]["params"], ranks[0]["no_sync"]["params"]) for r in ranks)
     checks = [
         check_close("no_sync_matches_big_batch", vs_big["no_sync"], 0.0, tol,
                     f"no_sync()로 K={k}개 마이크로배치를 누적한 뒤의 파라미터가 K배 큰 배치로 한 스텝 한 결과와 같다(최대 절대 차이)"),

@@ -26,7 +26,7 @@ from ..ddp.gradients import gradient_mean_vs_global
 from ..ddp.ring import P2P, ring_all_reduce_
 from ..params import Int, seed
 from ..registry import Lab
-from ..result import RankRecords, Summary, check_close, check_equal
+from ..result import RankRecords, Summary, check_close, check_equal, largest
 from ..tools.comms import written_bytes
 from ..tools.models import fingerprint_tensors
 from ..tools.primitives import max_abs_diff, sync
@@ -198,7 +198,7 @@ def summarize(ranks: list[AllreduceRecord], backend: str, params: dict[str, Any]
         "ring_theory_bytes": ring_theory,
         "ring_exact_bytes": [ring_bytes_sent(r["rank"], numel, n, esize) for r in ranks],
         "max_error": max_error,
-        "seconds": {name: max(r[name]["seconds"] for r in ranks) for name in IMPLEMENTATIONS},
+        "seconds": {name: largest(r[name]["seconds"] for r in ranks) for name in IMPLEMENTATIONS},
         "demo": demo["data"],
     }
     return Summary(data, checks)
@@ -216,7 +216,7 @@ def _max_error(ranks: RankRecords, name: str, expected: torch.Tensor) -> float:
 
 
 def _result_checks(ranks: RankRecords, max_error: dict, tol: float) -> list:
-    disagreement = max(r[name]["max_diff_vs_library"] for r in ranks for name in ("naive", "ring"))
+    disagreement = largest(r[name]["max_diff_vs_library"] for r in ranks for name in ("naive", "ring"))
     distinct = sum(len({r[name]["digest"] for r in ranks}) for name in IMPLEMENTATIONS)
     return [
         check_close("implementations_agree", disagreement, 0.0, tol,
@@ -249,7 +249,7 @@ def _byte_checks(ranks: RankRecords, numel: int, esize: int) -> list:
 
 def _gradient_checks(ranks: RankRecords) -> list:
     return [
-        check_close("mean_equals_global_gradient", max(r["grad_mean_vs_global"] for r in ranks), 0.0, 1e-6,
+        check_close("mean_equals_global_gradient", largest(r["grad_mean_vs_global"] for r in ranks), 0.0, 1e-6,
                     "N개 그래디언트의 평균 (1/N)Σg_i가 전역 배치 B개 전체의 평균 손실의 그래디언트와 같다(최대 절대 차이)"),
     ]
 
@@ -259,9 +259,9 @@ def _os_counter_checks(ranks: RankRecords, ring_theory: float) -> list:
     def slack(nbytes: float) -> float:  # 메시지 헤더 몫: 1% + 16 KiB
         return 0.01 * nbytes + 16384
 
-    ours = max(abs(r[name]["os_written"] - r[name]["sent"]) - slack(r[name]["sent"])
-               for r in ranks for name in ("naive", "ring"))
-    library = max(abs(r["library"]["os_written"] - ring_theory) for r in ranks)
+    ours = largest(abs(r[name]["os_written"] - r[name]["sent"]) - slack(r[name]["sent"])
+                   for r in ranks for name in ("naive", "ring"))
+    library = largest(abs(r["library"]["os_written"] - ring_theory) for r in ranks)
     return [
         check_close("os_counter_sees_p2p", max(ours, 0.0), 0.0, 0.0,
                     "우리 send의 바이트를 운영체제(/proc/self/io의 wchar)도 똑같이 센다(1%+16 KiB 헤더를 넘는 차이)"),

@@ -41,7 +41,7 @@ from ..context import Described, RankContext
 from ..ddp.amp import clipped_scaled_step
 from ..params import Choice, Float, Int, seed
 from ..registry import Lab
-from ..result import Summary, check_at_least, check_at_most, check_close, check_equal, not_applicable
+from ..result import Summary, check_at_least, check_at_most, check_close, check_equal, largest, not_applicable
 from ..tools.comms import CollectiveCounter, written_bytes
 from ..tools.models import (
     fingerprint,
@@ -293,12 +293,12 @@ def summarize(ranks: list[AmpClipRecord], backend: str, params: dict[str, Any]) 
     next_steps = [r["scaler"]["steps"][inf_step + 1] for r in ranks]
     backed_off = INIT_SCALE * 0.5
     clip, acc = ranks[0]["clip"], ranks[0]["accumulated"]
-    norm_error = max(abs(r["clip"]["ddp"]["norm"] - clip["single"]["norm"]) for r in ranks) / clip["single"]["norm"]
-    clip_diff = max(max_abs_diff(r["clip"]["ddp"]["params"], clip["single"]["params"]) for r in ranks)
-    right_diff = max(max_abs_diff(r["accumulated"]["right"]["params"], acc["single"]["params"]) for r in ranks)
+    norm_error = largest(abs(r["clip"]["ddp"]["norm"] - clip["single"]["norm"]) for r in ranks) / clip["single"]["norm"]
+    clip_diff = largest(max_abs_diff(r["clip"]["ddp"]["params"], clip["single"]["params"]) for r in ranks)
+    right_diff = largest(max_abs_diff(r["accumulated"]["right"]["params"], acc["single"]["params"]) for r in ranks)
     movement = max_abs_diff(acc["single"]["params"], acc["single"]["init"])
-    wrong_error = max(max_abs_diff(r["accumulated"]["wrong"]["params"], acc["single"]["params"])
-                      for r in ranks) / movement
+    wrong_error = largest(max_abs_diff(r["accumulated"]["wrong"]["params"], acc["single"]["params"])
+                          for r in ranks) / movement
     hooks = [r["hooks"] for r in ranks]
     drift = max(h["drift"] / h["default"]["moved"] for h in hooks)
     single_norm, single_moved = clip["single"]["norm"], max_abs_diff(clip["single"]["params"], clip["single"]["init"])

@@ -31,7 +31,7 @@ from ..ddp.train_script import TrainConfig, load_digits_split, make_ddp_model, m
 from ..errors import LabConfigError
 from ..params import Choice, Float, Int, seed
 from ..registry import Lab
-from ..result import Summary, check_at_least, check_close, check_equal, not_applicable
+from ..result import Summary, check_at_least, check_close, check_equal, largest, not_applicable
 from ..tools.models import flat_parameters
 from ..tools.primitives import make_optimizer, max_abs_diff
 
@@ -165,7 +165,7 @@ def summarize(ranks: list[BatchLRRecord], backend: str, params: dict[str, Any]) 
     reference = torch.tensor(single["params"], dtype=torch.float64)
     tolerance = float64_tolerance(reference)
     diff = max_abs_diff(regimes["fixed_global"]["params"], single["params"])
-    spread = max(max_abs_diff(r["regimes"][g]["params"], regimes[g]["params"]) for r in ranks for g in REGIMES)
+    spread = largest(max_abs_diff(r["regimes"][g]["params"], regimes[g]["params"]) for r in ranks for g in REGIMES)
     ratios = {g: regimes[g]["curve"][-1] / single["curve"][-1] for g in REGIMES}
     steps_single = single["steps_per_epoch"]
     checks = [

@@ -157,7 +157,7 @@ def summarize(ranks: list[BucketsRecord], backend: str, params: dict[str, Any]) 
                      "per_iteration": run["all_reduce"], "broadcast": run["broadcast"],
                      "same_on_all_ranks": len(set(steady)) == 1,
                      "predicted": predicted_counts(param_bytes, run["ready_order"], run["cap"]),
-                     "rough": -(-sum(param_bytes) // bucket_limits(run["cap"])[1]),
+                     "rough": -(-sum(param_bytes) // max(bucket_limits(run["cap"])[1], 1)),  # cap < 1바이트 = 0바이트
                      "limits": list(bucket_limits(run["cap"]))})
     numeric = sorted((float(row["cap"]), row["steady"]) for row in rows if row["cap"] != DEFAULT)
     multi = [(r["rank"], j) for r in ranks for j, run in enumerate(r["runs"]) if len(run["timeline"]["buckets"]) >= 2]

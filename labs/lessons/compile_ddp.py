@@ -26,7 +26,7 @@ from ..context import Described, RankContext
 from ..ddp.buckets import MIB, ddp_bucket_caps, group_by_size
 from ..params import Int, seed
 from ..registry import Lab
-from ..result import Summary, check_close, check_equal
+from ..result import Summary, check_close, check_equal, largest
 from ..tools.comms import CollectiveCounter
 from ..tools.models import flat_parameters, rank_batch, synthetic_regression, wrap_ddp
 from ..tools.primitives import max_abs_diff
@@ -162,8 +162,8 @@ def summarize(ranks: list[CompileDDPRecord], backend: str, params: dict[str, Any
     measured = {f"{c} {m}": sorted({len(r["runs"][c][m]["allreduce"]) for r in ranks}) for c in caps for m in MODES}
     predicted = {f"{c} {m}": sorted({ddp_bucket_count(r["runs"][c][m]["arrival"], param_bytes, float(c)) for r in ranks})
                  for c in caps for m in MODES}
-    diff = max(max_abs_diff(r["runs"][c]["compiled"]["params"], r["runs"][c]["eager"]["params"]) for r in ranks
-               for c in caps)
+    diff = largest(max_abs_diff(r["runs"][c]["compiled"]["params"], r["runs"][c]["eager"]["params"]) for r in ranks
+                   for c in caps)
     checks = [
         check_equal("pieces_follow_rule", pieces, [[len(rule[c])] for c in caps],
                     f"bucket_cap_mb {' · '.join(caps)}에서 DDPOptimizer가 컴파일한 조각 수가 소스의 규칙(출력 쪽부터 층 단위, "

@@ -22,7 +22,7 @@ from ..ddp.equivalence import train_both
 from ..errors import LabConfigError
 from ..params import Choice, Float, Int, seed
 from ..registry import Lab
-from ..result import Summary, check_close, check_equal
+from ..result import Summary, check_close, check_equal, largest
 from ..tools.models import fingerprint, flat_parameters, synthetic_regression, tiny_mlp, wrap_ddp
 from ..tools.primitives import ATOL, RTOL
 
@@ -87,7 +87,7 @@ def summarize(ranks: list[EquivalenceRecord], backend: str, params: dict[str, An
     n = len(ranks)
     local = torch.tensor(ranks[0]["local_params"], dtype=torch.float64)
     ddp = torch.tensor(ranks[0]["ddp_params"], dtype=torch.float64)
-    max_diff = max(d for r in ranks for d in r["param_diff"])
+    max_diff = largest(d for r in ranks for d in r["param_diff"])
     elementwise_ok = bool(((ddp - local).abs() <= ATOL + RTOL * local.abs()).all())
     checks = [
         check_close("matches_single_process", max_diff, 0.0, allclose_tolerance(local),
@@ -107,8 +107,8 @@ def summarize(ranks: list[EquivalenceRecord], backend: str, params: dict[str, An
                                   "N=1이면 더하는 순서가 같으므로 두 모델이 비트 단위까지 같다(최대 절대 차이)"))
     data: EquivalenceData = {
         "max_param_diff": max_diff,
-        "max_grad_diff": max(d for r in ranks for d in r["grad_diff"]),
-        "param_diff_per_step": [max(r["param_diff"][s] for r in ranks) for s in range(params["steps"])],
+        "max_grad_diff": largest(d for r in ranks for d in r["grad_diff"]),
+        "param_diff_per_step": [largest(r["param_diff"][s] for r in ranks) for s in range(params["steps"])],
         "tolerance": allclose_tolerance(local),
         "per_rank_batch": params["global_batch"] // n,
     }

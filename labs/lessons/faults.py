@@ -20,7 +20,7 @@ from ..context import MAX_CPU_RANKS, Described, RankContext
 from ..errors import LabConfigError
 from ..params import Choice, Int
 from ..registry import Lab
-from ..result import Summary, check_close
+from ..result import Summary, check_close, largest
 
 MODES = ("none", "raise", "hang", "exit", "kill", "abort")
 
@@ -66,7 +66,7 @@ class FaultsData(TypedDict):
 def summarize(ranks: list[FaultsRecord], backend: str, params: dict[str, Any]) -> Summary[FaultsData]:
     n = len(ranks)
     expected = n * (n + 1) / 2
-    worst = max(abs(r["sum"] - expected) for r in ranks)
+    worst = largest(abs(r["sum"] - expected) for r in ranks)
     checks = [check_close("all_reduce_sum", worst, 0.0, 0.0,
                           f"고장이 없으면 all_reduce(1+2+…+N) = {expected:g}가 모든 랭크에 도착한다(최대 오차)")]
     return Summary({"expected_sum": expected}, checks)

@@ -48,7 +48,7 @@ from ..ddp import FullyShardedDP
 from ..ddp.fsdp_bugs import BUGS
 from ..params import Choice, Int
 from ..registry import Lab
-from ..result import Check, RankRecords, Summary, check_at_most, check_close, check_equal, not_applicable
+from ..result import Check, RankRecords, Summary, check_at_most, check_close, check_equal, largest, not_applicable
 from ..tools.comms import CollectiveCounter
 from ..tools.models import (
     flat_parameters,
@@ -311,7 +311,7 @@ def step_elements(ranks: RankRecords, n: int, n_replicated: int) -> dict:
 
 def worst(ranks: RankRecords, opt: str, key: str) -> float | None:
     values = [r[opt]["diff"][key] for r in ranks]
-    return None if None in values else max(values)
+    return None if None in values else largest(values)
 
 
 class FSDPData(TypedDict):
@@ -363,10 +363,10 @@ def summarize(ranks: list[FSDPRecord], backend: str, params: dict[str, Any]) -> 
     # 5장과 같은 허용 오차. 비트 단위로 같다고 하지 않는 까닭: 한 프로세스는 전역 배치의 평균을 한 번에 내고 FSDP는
     # 랭크별 평균의 합을 N으로 나누므로 float32 합의 순서가 다르다. DDP·fully_shard와는 N=1, 2와 (SGD) N=3에서 0이었지만,
     # AdamW는 N=3, 4에서 1e-8~5e-7 달랐다(덧셈 순서가 다른 gloo All-Reduce; AdamW는 작은 그래디언트의 차이를 키운다)
-    tol = ATOL + RTOL * max(r[opt]["max_abs_w"] for r in ranks for opt in OPTIMIZERS)
+    tol = ATOL + RTOL * largest(r[opt]["max_abs_w"] for r in ranks for opt in OPTIMIZERS)
     bf16 = [r["bf16"] for r in ranks]
     bf16_diff = None if any(b.get("diff_vs_single") is None for b in bf16) else max(b["diff_vs_single"] for b in bf16)
-    moved = max(r["sgd"]["moved"] for r in ranks)
+    moved = largest(r["sgd"]["moved"] for r in ranks)
     bf16_dtypes = sorted({i["dtype"] for b in bf16 for items in b.get("steps", [])
                           for part in ("gather", "reduce") for i in split_step(items, n_replicated)[part]})
     torch_numel = sum(r["sgd"]["torch"]["params"]["numel"] for r in ranks)

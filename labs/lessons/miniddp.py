@@ -28,7 +28,7 @@ from ..ddp.bugs import ForwardOrderBuckets
 from ..ddp.miniddp import STEPS, BucketedDDP
 from ..params import Bool, Float, Int, seed
 from ..registry import Lab
-from ..result import Summary, check_at_most, check_equal, not_applicable
+from ..result import Summary, check_at_most, check_equal, largest, not_applicable
 from ..tools.comms import CollectiveCounter
 from ..tools.models import layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..tools.primitives import max_abs_diff, sync
@@ -209,8 +209,8 @@ def summarize(ranks: list[MiniDDPRecord], backend: str, params: dict[str, Any]) 
         t = sorted(times[name])
         rows.append({"variant": name, "calls": ranks[0]["calls"][name],
                      "median_ms": statistics.median(t) * 1e3, "min_ms": t[0] * 1e3, "max_ms": t[-1] * 1e3,
-                     "diff_ddp": max(r["diffs"][name]["ddp"] for r in ranks),
-                     "diff_single": max(r["diffs"][name]["single"] for r in ranks),
+                     "diff_ddp": largest(r["diffs"][name]["ddp"] for r in ranks),
+                     "diff_single": largest(r["diffs"][name]["single"] for r in ranks),
                      "overlap": all(overlapped(r["timelines"][name]) for r in ranks)})
     by = {row["variant"]: row for row in rows}
     ratio = paired_ratio(times["buckets"], times["ddp"])

@@ -27,7 +27,7 @@ import torch
 from ..context import Described, RankContext
 from ..params import Float, Int, seed
 from ..registry import Lab
-from ..result import Summary, check_equal, not_applicable
+from ..result import Summary, check_equal, largest, not_applicable
 from ..tools.comms import CollectiveCounter
 from ..tools.models import (
     ddp_bucket_bytes,
@@ -145,7 +145,7 @@ def summarize(ranks: list[MixedRecord], backend: str, params: dict[str, Any]) ->
                     f"원소별 옵티마이저 상태: SGD 모멘텀 {master * MOMENTS['sgd']}바이트, AdamW의 두 모멘트 "
                     f"{master * MOMENTS['adamw']}바이트(float32 원소 크기 × 원소마다 두는 상태 수)"),
         check_equal("params_are_rounded_masters",
-                    max(r[opt]["rounding_diff"] for r in ranks for opt in OPTIMIZERS), 0.0,
+                    largest(r[opt]["rounding_diff"] for r in ranks for opt in OPTIMIZERS), 0.0,
                     "스텝 뒤 bf16 파라미터가 마스터를 bf16으로 반올림한 값과 비트 단위로 같다(최대 절대 차이)"),
     ]
     if n == 1:

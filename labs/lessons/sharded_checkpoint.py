@@ -45,7 +45,7 @@ from ..ddp.sharded_checkpoint import (
 )
 from ..params import Choice, Int
 from ..registry import Lab
-from ..result import Summary, check_at_least, check_close, check_equal, not_applicable
+from ..result import Check, Summary, check_at_least, check_close, check_equal, largest, not_applicable
 from ..tools.models import (
     fingerprint,
     flat_parameters,
@@ -285,7 +285,7 @@ class ShardedCheckpointData(TypedDict):
     moved: float
     tolerance: float
     bitwise: bool
-    lost_fraction: float
+    lost_fraction: float | None
     resharded: dict[str, Any]
     fsdp2_rank0_fraction: float
     refusal: str | None
@@ -293,13 +293,26 @@ class ShardedCheckpointData(TypedDict):
 
 def worst(ranks: list[dict], key: str) -> float | None:
     values = [r["diffs"][key] for r in ranks]
-    return None if None in values else max(values)
+    return None if None in values else largest(values)
+
+
+def lost_state_check(lost: float | None, moved: float, tol: float) -> Check:
+    """Resuming from rank 0's files alone differs from the uninterrupted run by at least ``LOST_MIN`` of the
+    distance training moved the weights; n/a when that distance is within the tolerance ``tol`` (a learning
+    rate so small that the lost moments change nothing measurable)."""
+    if moved <= tol:
+        return not_applicable("rank0_only_resume_differs",
+                              f"학습률이 작아 학습이 가중치를 움직인 거리({moved:.3g})가 허용 오차({tol:.3g}) 안이다: "
+                              "잃은 AdamW 상태가 만드는 차이를 잴 수 없다")
+    return check_at_least("rank0_only_resume_differs", None if lost is None else lost / moved, LOST_MIN,
+                          "랭크 0만 모델과 자기 샤드를 저장하면(6장의 DDP 방식) 다른 랭크 몫의 AdamW 상태를 잃어, 재개한 "
+                          "학습이 끊기지 않은 학습과 다르다(최대 절대 차이 / 학습의 이동량)")
 
 
 def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     n = len(ranks)
-    moved = max(r["moved"] for r in ranks)
-    tol = ATOL + RTOL * max(r["max_abs_w"] for r in ranks)
+    moved = largest(r["moved"] for r in ranks)
+    tol = ATOL + RTOL * largest(r["max_abs_w"] for r in ranks)
     # N ≤ 2이면 비트 단위로 같다. N ≥ 3이면 재개한 DDP의 첫 스텝이 처음 버킷(파라미터 순서)으로 All-Reduce하므로
     # 더하는 순서가 끊기지 않은 학습(다시 짠 버킷)과 달라 float32 반올림만큼 다를 수 있다(7.7절, 6장과 같다)
     bitwise = n <= 2
@@ -321,7 +334,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         check_close("zero_redundancy_resume_equals_uninterrupted", worst(ranks, "zero"), 0.0, same,
                     f"ZeroRedundancyOptimizer도 consolidate_state_dict(to=0) 뒤 랭크 0이 저장하고 재개하면 {order} 같다"
                     "(최대 절대 차이)"),
-        check_close("fsdp2_dcp_resume_equals_uninterrupted", max(r["fsdp2"]["diff"] for r in ranks), 0.0, 0.0,
+        check_close("fsdp2_dcp_resume_equals_uninterrupted", largest(r["fsdp2"]["diff"] for r in ranks), 0.0, 0.0,
                     "fully_shard(FSDP2)를 torch.distributed.checkpoint(get_state_dict, dcp.save → dcp.load, "
                     "set_state_dict)로 저장하고 재개한 학습이 끊기지 않은 학습과 비트 단위로 같다(최대 절대 차이)"),
     ]
@@ -330,9 +343,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
         checks += [not_applicable(name, reason) for name in ("rank0_only_resume_differs", *NEEDS_TWO_RANKS)]
     else:
         checks += [
-            check_at_least("rank0_only_resume_differs", None if lost is None else lost / moved, LOST_MIN,
-                           "랭크 0만 모델과 자기 샤드를 저장하면(6장의 DDP 방식) 다른 랭크 몫의 AdamW 상태를 잃어, 재개한 "
-                           "학습이 끊기지 않은 학습과 다르다(최대 절대 차이 / 학습의 이동량)"),
+            lost_state_check(lost, moved, tol),
             check_equal("rank0_only_replicas_identical", len({r["fingerprints"]["rank0_only"] for r in ranks}), 1,
                         "그래도 오류는 없고 복제본은 비트 단위로 같다: 주인이 브로드캐스트하므로 잃은 것이 보이지 않는다"
                         "(서로 다른 파라미터 지문 수)"),
@@ -356,7 +367,7 @@ def summarize(ranks: list[dict], backend: str, params: dict) -> Summary:
     else:
         checks.append(not_applicable("resharded_state_restored", "랭크 수를 반으로 줄여 재개하려면 N이 2 이상의 짝수여야 한다"))
     data = {"diffs": {k: worst(ranks, k) for k in ranks[0]["diffs"]}, "moved": moved, "tolerance": tol,
-            "bitwise": bitwise, "lost_fraction": None if lost is None or n == 1 else lost / moved,
+            "bitwise": bitwise, "lost_fraction": None if lost is None or n == 1 or moved <= tol else lost / moved,
             "resharded": reshard, "fsdp2_rank0_fraction": fsdp["state_dict_numel"] / total,
             "refusal": messages[0]}
     return Summary(data, checks)

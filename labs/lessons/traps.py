@@ -52,7 +52,7 @@ from ..outcome import observe_isolated as outcomes_isolated
 from ..outcome import stderr_to
 from ..params import Choice, Float, Folder, Int, seed
 from ..registry import Lab
-from ..result import LabResult, Summary, check_at_least, check_close, check_equal, check_true, not_applicable
+from ..result import Check, LabResult, Summary, check_at_least, check_close, check_equal, check_true, largest, not_applicable
 from ..tools.comms import CollectiveCounter
 from ..tools.models import bn_mlp, flat_gradients, flat_parameters, rank_batch, synthetic_regression, tiny_mlp, wrap_ddp
 from ..tools.primitives import max_abs_diff
@@ -85,7 +85,7 @@ def _finished_anyway(trap: str, claim: str) -> Summary:
 
 def _gathered_equal(ranks: list[dict], key: str) -> float:
     """Largest difference of ``key`` (a flat list) between rank 0 and any other rank."""
-    return max(max_abs_diff(r[key], ranks[0][key]) for r in ranks)
+    return largest(max_abs_diff(r[key], ranks[0][key]) for r in ranks)
 
 
 # ----------------------------------------------------------------------------- 1. no_sync
@@ -167,16 +167,28 @@ def unused_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: i
         torch.manual_seed(seed)
         ddp = wrap_ddp(TwoHeads(), ctx.device, **kwargs)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+        before = flat_parameters(ddp.module).tolist()
         log, error = train_steps(ddp, optimizer, batches[:1]), ""
         after_first = flat_parameters(ddp.module).tolist()
         try:
             log += train_steps(ddp, optimizer, batches[1:])
         except RuntimeError as err:  # 리듀서가 두 번째 반복에서 내는 예외: 그 문장 그대로 남긴다
             error = str(err)
-        runs[name] = {"log": log, "error": error, "params_after_first": after_first,
+        runs[name] = {"log": log, "error": error, "params_before": before, "params_after_first": after_first,
                       "params": flat_parameters(ddp.module).tolist(),
                       "n_param_tensors": len(list(ddp.parameters()))}
     return {"runs": runs}
+
+
+def drift_check(drift: float, moved: float) -> Check:
+    """Without an All-Reduce each rank steps with its own gradient: after the first step the ranks differ by at
+    least 0.1 % of the distance that step moved the parameters; n/a when it moved nothing (lr so small that
+    ``lr * grad`` is 0 in float32)."""
+    if not moved > 0:
+        return not_applicable("replicas_drift_silently", f"학습률이 작아 첫 스텝이 파라미터를 움직이지 않았다(이동량 "
+                              f"{moved:g}): 움직이지 않은 복제본은 갈라질 수도 없다")
+    return check_at_least("replicas_drift_silently", drift / moved, 1e-3,
+                          "그래서 첫 스텝 뒤 복제본이 이미 서로 다르다(랭크 간 최대 파라미터 차이 ÷ 첫 스텝의 이동량)")
 
 
 def unused_summary(ranks: list[dict], variant: str, *, steps: int) -> Summary:
@@ -192,11 +204,13 @@ def unused_summary(ranks: list[dict], variant: str, *, steps: int) -> Summary:
                                                                     for r in ranks}), [0],
                                   "첫 반복은 조용히 지나가지만 All-Reduce를 한 번도 하지 않았다(버킷이 끝내 준비되지 않음)"))
         if n > 1:
-            drift = max(max_abs_diff(r["runs"]["default"]["params_after_first"], run["params_after_first"])
-                        for r in ranks)
-            checks.append(check_at_least("replicas_drift_silently", drift, 1e-6,
-                                         "그래서 첫 스텝 뒤 복제본이 이미 서로 다르다(랭크 간 최대 파라미터 차이)"))
-        data = {"error": errors[0], "first_step_all_reduce": run["log"][0]["all_reduce"]}
+            drift = largest(max_abs_diff(r["runs"]["default"]["params_after_first"], run["params_after_first"])
+                            for r in ranks)
+            moved = largest(max_abs_diff(r["runs"]["default"]["params_after_first"], r["runs"]["default"]["params_before"])
+                            for r in ranks)
+            checks.append(drift_check(drift, moved))
+        data = {"error": errors[0], "first_step_all_reduce": run["log"][0]["all_reduce"],
+                "drift": drift if n > 1 else None}
         return Summary(data, checks)
     rows = {}
     for name in UNUSED_CONFIGS["fix"]:
@@ -207,7 +221,7 @@ def unused_summary(ranks: list[dict], variant: str, *, steps: int) -> Summary:
         checks.append(check_equal(f"{name}_trains", sorted({len(lg) for lg in logs}), [steps],
                                   f"{name}=True면 예외 없이 {steps}스텝을 모두 마친다(마친 스텝 수)"))
         checks.append(check_close(f"{name}_replicas_identical",
-                                  max(max_abs_diff(r["runs"][name]["params"], runs[name]["params"]) for r in ranks),
+                                  largest(max_abs_diff(r["runs"][name]["params"], runs[name]["params"]) for r in ranks),
                                   0.0, 0.0, f"{name}=True로 학습한 복제본이 모든 랭크에서 같다(최대 절대 차이)"))
     # find_unused_parameters의 비용: 매 반복 '이번에 쓰인 파라미터' 표(int32, 파라미터 텐서 수만큼)를 한 번 더 All-Reduce한다.
     n_tensors = runs["find_unused_parameters"]["n_param_tensors"]
@@ -340,8 +354,8 @@ def shape_rank(ctx: RankContext, variant: str, *, seed: int) -> dict:
 def shape_summary(ranks: list[dict], variant: str) -> Summary:
     if variant == "bug":
         return _finished_anyway("shape", "랭크마다 모양이 다른 모델은 DDP 생성자에서 실패해야 한다")
-    checks = [check_close("identical_after_construction", max(max_abs_diff(r["after"], ranks[0]["before"])
-                                                               for r in ranks), 0.0, 0.0,
+    checks = [check_close("identical_after_construction", largest(max_abs_diff(r["after"], ranks[0]["before"])
+                                                                   for r in ranks), 0.0, 0.0,
                           "DDP 생성 직후 모든 랭크의 파라미터가 랭크 0의 초기값과 같다(최대 절대 차이)")]
     if len(ranks) > 1:
         checks.append(check_at_least("different_before", _gathered_equal(ranks, "before"), 1e-6,

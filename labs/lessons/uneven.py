@@ -26,7 +26,7 @@ from ..context import Described, RankContext
 from ..ddp.uneven import fix_gradients, pad_to
 from ..params import Bool, Float, Int, seed
 from ..registry import Lab
-from ..result import Check, Summary, check_at_least, check_close, check_equal, not_applicable
+from ..result import Check, Summary, check_at_least, check_close, check_equal, largest, not_applicable
 from ..tools.comms import CollectiveCounter
 from ..tools.models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
 
@@ -149,7 +149,7 @@ class UnevenData(TypedDict):
 def summarize(ranks: list[UnevenRecord], backend: str, params: dict[str, Any]) -> Summary[UnevenData]:
     n = len(ranks)
     tol = 1e-6
-    worst = {k: max(r["max_diff"][k] for r in ranks) for k in FIXES}
+    worst = {k: largest(r["max_diff"][k] for r in ranks) for k in FIXES}
     joins = [r["join"] for r in ranks]
     iterations = [j["iterations"] for j in joins]
     solo = [d for j in joins for d in j["solo_diff"]]
@@ -177,7 +177,7 @@ def summarize(ranks: list[UnevenRecord], backend: str, params: dict[str, Any]) -
     if n > 1 and solo:
         checks.append(divides_by_initial_n(solo, [s for j in joins for s in j["solo_scale"]], n, tol, params["lr"]))
     data: UnevenData = {"counts": [r["n"] for r in ranks], "max_diff": worst, "tolerance": tol,
-            "pad_vs_full": max(r["pad_vs_full"] for r in ranks), "grad_scale": ranks[0]["grad_scale"],
+            "pad_vs_full": largest(r["pad_vs_full"] for r in ranks), "grad_scale": ranks[0]["grad_scale"],
             "iterations": iterations, "join_all_reduce": [j["all_reduce"] for j in joins]}
     return Summary(data, checks)
 

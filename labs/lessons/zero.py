@@ -32,7 +32,7 @@ from ..ddp import ShardedOptimizer
 from ..ddp.zero_bugs import BUGS
 from ..params import Choice, Int
 from ..registry import Lab
-from ..result import Summary, check_at_most, check_close, check_equal, not_applicable
+from ..result import Summary, check_at_most, check_close, check_equal, largest, not_applicable
 from ..tools.comms import CollectiveCounter, carried_bytes
 from ..tools.models import (
     ddp_bucket_bytes,
@@ -177,7 +177,7 @@ def summarize(ranks: list[ZeRORecord], backend: str, params: dict[str, Any]) -> 
     owners = ranks[0]["adamw"]["sharded"]["owners"]
     shard_elements = [sum(e for e, o in zip(numels, owners) if o == r) for r in range(n)]
     fraction = max(shard_elements) / total
-    diffs = {opt: {k: max(r[opt]["single"]["diff"][k] for r in ranks) for k in ranks[0][opt]["single"]["diff"]}
+    diffs = {opt: {k: largest(r[opt]["single"]["diff"][k] for r in ranks) for k in ranks[0][opt]["single"]["diff"]}
              for opt in OPTIMIZERS}
     bitwise = {k: max(diffs[opt][k] for opt in OPTIMIZERS) for k in ("sharded_vs_ddp", "zero_vs_ddp")}
     step_ops = {w: sorted({tuple(sorted(s["ops"].items())) for r in ranks for opt in OPTIMIZERS
@@ -191,7 +191,7 @@ def summarize(ranks: list[ZeRORecord], backend: str, params: dict[str, Any]) -> 
     # 안에서 같은 것은 SGD(모멘텀)다. AdamW는 업데이트를 그래디언트 크기(√v)로 나누므로 작은 그래디언트 원소의 반올림
     # 차이가 lr 크기의 차이로 남고 층을 지나며 커진다: width 512에서 6e-5, lr 0.1·20스텝에서 9e-4(N=2로 잰 DDP와
     # 한 프로세스의 차이이고 ZeRO와는 무관하다). 그래서 AdamW의 같음은 평범한 DDP와의 비트 단위 비교로 보이고 차이는 data에
-    tol = ATOL + RTOL * max(r["sgd"]["single"]["max_abs_w"] for r in ranks)
+    tol = ATOL + RTOL * largest(r["sgd"]["single"]["max_abs_w"] for r in ranks)
     checks = [
         check_equal("adamw_state_8_bytes_per_param", moments / total, 8.0,
                     "한 프로세스의 AdamW 상태: exp_avg와 exp_avg_sq가 float32 파라미터 하나에 8바이트"

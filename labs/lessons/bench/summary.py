@@ -6,9 +6,21 @@ import math
 import statistics
 from typing import Any, TypedDict
 
+from ...ddp.buckets import MIB
 from ...ddp.cost_model import bus_factor, fit_cost_model
 from ...ddp.ring import SEGMENT_BYTES
-from ...result import Check, RankRecords, Summary, check_at_least, check_at_most, check_close, check_equal, check_true, not_applicable
+from ...result import (
+    Check,
+    RankRecords,
+    Summary,
+    check_at_least,
+    check_at_most,
+    check_close,
+    check_equal,
+    check_true,
+    largest,
+    not_applicable,
+)
 from ...tools.timing import paired_ratio, slowest
 from .measure import ACCUM, CHECK_NUMEL, CHECK_SEGMENT_BYTES, IMPLS, QUICK, BenchRecord, parse_caps, size_label
 
@@ -186,7 +198,7 @@ def summarize(ranks: list[BenchRecord], backend: str, params: dict[str, Any]) ->
 def _ring_checks(ranks: RankRecords, backend: str) -> list[Check]:
     """Both rings give the library's sum; the pipelined ring's segments add no traffic (kernel count)."""
     n = len(ranks)
-    checks = [check_close("rings_match_library", max(max(r["ring_error"].values()) for r in ranks), 0.0,
+    checks = [check_close("rings_match_library", largest(largest(r["ring_error"].values()) for r in ranks), 0.0,
                           1e-6 * n * n,
                           f"두 링(4장의 링, 파이프라인 링)의 합이 dist.all_reduce의 합과 같다: 원소 {CHECK_NUMEL:,}개"
                           f"(N으로도 세그먼트 {CHECK_SEGMENT_BYTES // 4}원소로도 나누어떨어지지 않는 크기)의 난수 입력, "
@@ -268,6 +280,22 @@ def _pipeline_gate(rows: list[dict], backend: str, n: int, oversubscribed: bool,
                           "이상이다(크기마다 번갈아 잰 쌍별 비율의 중앙값, 그 크기들의 중앙값)")
 
 
+def fewer_calls_check(ddp_counts: list[int], n_tensors: int, caps_mb: list[float], smallest_tensor_bytes: int) -> Check:
+    """DDP's All-Reduce count per step over the chosen caps (smallest first): it never grows with the cap and falls
+    below one call per tensor; n/a when the caps cannot show it (one cap, or every cap at most the smallest tensor,
+    so that each tensor closes a bucket of its own)."""
+    name = "fewer_calls_with_bigger_buckets"
+    if len(ddp_counts) < 2:
+        return not_applicable(name, "caps_mb에 값이 하나뿐이라 cap끼리 비교할 수 없다(예: caps_mb='0.1 25')")
+    if int(max(caps_mb) * MIB) <= smallest_tensor_bytes:
+        return not_applicable(name, f"고른 cap이 모두 가장 작은 텐서({smallest_tensor_bytes}바이트) 이하라 어느 cap에서나 "
+                              f"텐서마다 버킷 하나({n_tensors}번)다: caps_mb에 더 큰 값을 넣으세요(예: 25)")
+    return check_true(name, ddp_counts == sorted(ddp_counts, reverse=True) and min(ddp_counts) >= 1
+                      and min(ddp_counts) < n_tensors, ddp_counts,
+                      "DDP는 bucket_cap_mb가 커질수록 All-Reduce를 적게(늘지 않게) 부르고, 가장 큰 cap에서는 텐서 수"
+                      "보다 적게 부른다(작은 cap부터의 횟수)")
+
+
 def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
     by = {row["variant"]: row for row in ddp["rows"]}
     ddp_counts = [by[f"ddp:{cap:g}"]["all_reduce"] for cap in parse_caps(params["caps_mb"])]
@@ -276,11 +304,7 @@ def _ddp_checks(ddp: dict, n: int, params: dict) -> list[Check]:
                     "손으로 쓴 루프는 모든 랭크에서 파라미터 텐서마다 All-Reduce를 한 번씩 부른다(한 스텝의 횟수)"),
         check_equal("compute_no_communication", by["compute"]["calls_by_rank"], [0],
                     "통신 없는 기준 스텝은 All-Reduce를 하지 않는다"),
-        check_true("fewer_calls_with_bigger_buckets",
-              ddp_counts == sorted(ddp_counts, reverse=True) and min(ddp_counts) >= 1
-              and max(ddp_counts) < ddp["n_tensors"], ddp_counts,
-              "DDP는 bucket_cap_mb가 커질수록 All-Reduce를 적게(늘지 않게) 부르고, 가장 작은 cap에서도 "
-              "텐서 수보다 적게 부른다(작은 cap부터의 횟수)"),
+        fewer_calls_check(ddp_counts, ddp["n_tensors"], parse_caps(params["caps_mb"]), 4 * params["width"]),
     ]
     largest = f"ddp:{max(parse_caps(params['caps_mb'])):g}"
     checks.append(check_equal("accumulation_same_calls_per_step", by[ACCUM]["calls_by_rank"], by[largest]["calls_by_rank"],
