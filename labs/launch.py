@@ -24,10 +24,10 @@ import multiprocessing.connection
 import os
 import pickle
 import re
-import select
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -52,9 +52,11 @@ from .errors import (
     RankFailedError,
 )
 from .hangwatch import HangWatch, store_timeout
+from .kernel_exit import stop_helpers_at_kernel_shutdown
+from .rank_exit import end_group, end_with_parent, lead_own_group, leave_fork_server, use_temp_dir
 from .registry import get_lab, lesson_modules
 from .result import LabResult
-from .stacks import describe_faulthandler
+from .stacks import STOPPED, describe_faulthandler, stopped
 from .torchrun import VARIABLES as TORCHRUN_VARIABLES
 from .torchrun import detect as detect_torchrun
 from .torchrun import in_torchrun
@@ -162,7 +164,9 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     params = lab.resolve_params(params, world_size)
     local_rank = int(os.environ["LOCAL_RANK"])
     resolved = resolve_backend(backend, int(os.environ["LOCAL_WORLD_SIZE"]))
-    _watch_launcher(os.getppid(), [])  # torchrun의 에이전트가 죽으면(SIGKILL, OOM) 이 랭크도 끝난다
+    temp_dir = tempfile.mkdtemp(prefix=f"labs-rank{rank}-")
+    end_with_parent(os.getppid(), [temp_dir])  # torchrun의 에이전트가 죽으면(SIGKILL, OOM) 이 랭크도 끝난다
+    use_temp_dir(temp_dir)
     dist.init_process_group(resolved, timeout=store_timeout(timeout))
     watch = HangWatch(lab.name, rank, world_size, timeout)
     try:
@@ -180,6 +184,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     finally:
         watch.stop()
         dist.destroy_process_group()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     return lab.finish(gathered, resolved, params) if gathered is not None else None
 
 
@@ -189,6 +194,7 @@ def _context() -> mp.context.BaseContext:
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["labs.launch", *RANK_IMPORTS, *lesson_modules()])
+        stop_helpers_at_kernel_shutdown()  # 주피터 커널이 끝날 때 포크 서버가 커널을 붙잡지 않게
         return ctx
     return mp.get_context("spawn")
 
@@ -249,9 +255,10 @@ def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: 
     store = dist.TCPStore(HOST, 0, None, True, timedelta(seconds=timeout + _RANK_TIMEOUT_MARGIN),
                           wait_for_workers=False)
     ctx = _context()
-    # the fork server's socket folder and the callers' folders: a rank removes them if we are killed
-    leftovers = [mp.util.get_temp_dir(), *_REMOVED_IF_KILLED]
-    args = (nproc, backend, store.port, params, timeout, os.getpid(), leftovers)
+    temp_dir = tempfile.mkdtemp(prefix="labs-run-")  # the ranks' temporary files: removed below whatever happens
+    # the fork server's socket folder, the ranks' and the callers' folders: a rank removes them if we are killed
+    leftovers = [mp.util.get_temp_dir(), temp_dir, *_REMOVED_IF_KILLED]
+    args = (nproc, backend, store.port, params, timeout, os.getpid(), leftovers, temp_dir)
     ranks = [_Rank(ctx, lab_name, rank, args) for rank in range(nproc)]
     ok = False
     with _stop_signals_raise() as stopping:
@@ -267,6 +274,7 @@ def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: 
             _stop(ranks, graceful=ok)
             for r in ranks:
                 r.close()
+            shutil.rmtree(temp_dir, ignore_errors=True)
             del store
             stopping.release()
 
@@ -412,7 +420,8 @@ def _where_stuck(ranks: list[_Rank], missing: list[int]) -> dict[int, str]:
         for conn in ready:
             chunk = os.read(conn.fileno(), 65536)
             texts[pipes[conn]] += chunk
-    return {r: describe_faulthandler(text.decode(errors="replace")) for r, text in texts.items()}
+    return {r: STOPPED if not text and stopped(ranks[r].process.pid or 0) else describe_faulthandler(text.decode(errors="replace"))
+            for r, text in texts.items()}
 
 
 def _describe_stack(text: str) -> str:
@@ -438,6 +447,7 @@ def _stop(ranks: list[_Rank], graceful: bool) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+        end_group(p.pid)  # what the rank started (a graded file's own processes) ends with it
     _drain_stderr(ranks, seconds=0.0)
 
 
@@ -454,38 +464,16 @@ def lost_peer(err: BaseException) -> str | None:
     return f"{found[1]}:{found[2]}" if found[1] else "알 수 없음"
 
 
-def _watch_launcher(launcher_pid: int, leftovers: list[str]) -> None:
-    """In a rank: when the process that started it (this launcher, or torchrun's agent) is gone (even SIGKILL),
-    remove its folders and end this rank."""
-    def watch():
-        try:
-            select.select([os.pidfd_open(launcher_pid)], [], [])  # Linux 5.3+: readable once it has ended
-        except (AttributeError, OSError):  # no pidfd: ask every half second
-            while _alive(launcher_pid):
-                time.sleep(0.5)
-        for path in leftovers:
-            shutil.rmtree(path, ignore_errors=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="labs-launcher-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _rank_main(lab_name: str, rank: int, world_size: int, backend: str, port: int, params: dict,
-               timeout: float, launcher_pid: int, leftovers: list[str], results, stack, stderr) -> None:
+               timeout: float, launcher_pid: int, leftovers: list[str], temp_dir: str, results, stack,
+               stderr) -> None:
     """Body of one spawned rank process."""
     # Ctrl-C reaches the terminal's whole process group: only the launcher decides what it means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_launcher(launcher_pid, leftovers)
+    lead_own_group()
+    leave_fork_server()
+    end_with_parent(launcher_pid, leftovers)
+    use_temp_dir(temp_dir)
     os.dup2(stderr.fileno(), 2)  # the launcher passes it on and keeps the last lines for a crash report
     stderr.close()
     for key in TORCHRUN_VARIABLES:  # a spawned rank is not a torchrun rank, whatever the shell left behind

@@ -25,7 +25,7 @@ from typing import Any
 from . import replay
 from .context import resolve_backend
 from .errors import LabError, LabTimeoutError, RankCrashedError, RankFailedError
-from .launch import run
+from .launch import removed_if_killed, run
 
 KINDS = ("ok", "hang", "error", "crash")
 
@@ -72,7 +72,7 @@ def observe(lab: str, nproc: int, params: dict, timeout: float) -> dict:
         return recorded["outcome"]
     started = time.perf_counter()
     outcome: dict[str, Any]
-    with tempfile.TemporaryDirectory(prefix=f"ddp-{lab}-stderr-") as stderr_dir:
+    with tempfile.TemporaryDirectory(prefix=f"ddp-{lab}-stderr-") as stderr_dir, removed_if_killed(stderr_dir):
         try:
             run(lab, nproc=nproc, timeout=timeout, stderr_dir=stderr_dir, **params)
         except LabTimeoutError as err:

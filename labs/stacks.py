@@ -14,6 +14,9 @@ from pathlib import Path
 
 OUTSIDE = "집합 통신 밖에서 멈춤"
 WAITING = "집합 통신에서 다른 랭크를 기다리는 중"
+# loss.backward() under DDP: the reducer's All-Reduce runs from autograd's C++ engine, no c10d frame in Python
+BACKWARD = "역전파 안에서 기다리는 중(DDP라면 버킷 All-Reduce가 다른 랭크를 기다림)"
+STOPPED = "정지된 프로세스(SIGSTOP·디버거): 스택을 보낼 수 없다. 다른 랭크는 이 랭크를 기다린다"
 
 
 def describe_frames(frames: list[tuple[str, int, str]]) -> str:
@@ -23,11 +26,21 @@ def describe_frames(frames: list[tuple[str, int, str]]) -> str:
     # DDP's own collectives (buffer broadcast, bucket rebuild) start in C++ from its forward.
     in_collective = any("distributed_c10d" in f or "torch/distributed" in f or f.endswith("nn/parallel/distributed.py")
                         for f, _, _ in frames)
+    in_backward = any("torch/autograd/" in f for f, _, _ in frames)
     lab_frames = [(f, line, fn) for f, line, fn in frames
                   if "/labs/" in f and Path(f).name not in ("launch.py", "hangwatch.py")]
     f, line, fn = (lab_frames or frames)[0]
-    place = f"{Path(f).name} {line}행 {fn}()"
-    return f"{WAITING} ({place})" if in_collective else f"{OUTSIDE} ({place})"
+    state = WAITING if in_collective else BACKWARD if in_backward else OUTSIDE
+    return f"{state} ({Path(f).name} {line}행 {fn}())"
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, a debugger): state T or t in /proc (False where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def describe_faulthandler(text: str) -> str:

@@ -76,8 +76,8 @@ def test_report_parser_sees_a_failed_check():
 
 # ----------------------------------------------------------------------------- two agents, two "nodes"
 
-def _start_agent(command: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(["bash", "-c", command], cwd=cwd, env=_shell_env(), stdout=subprocess.PIPE,
+def _start_agent(command: str, cwd: Path, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(["bash", "-c", command], cwd=cwd, env={**_shell_env(), **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -196,15 +196,21 @@ def test_a_killed_agent_takes_its_rank_along_and_the_survivor_names_the_lost_nod
 
 
 def test_one_node_torchrun_runs_a_lab_in_place(tmp_path, no_leftover_children):
+    """The appendix's one-node command; in TMPDIR it leaves only torchrun's own torchelastic_* folder (the agent's
+    log folder, which the appendix says torch does not remove), none of the ranks' labs-rank* folders."""
     command = commands.torchrun_one_node("faults", nproc=RANKS)
     assert command == commands.torchrun_one_node("faults").replace("=8", f"={RANKS}")
-    agent = _start_agent(command, tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    agent = _start_agent(command, tmp_path, TMPDIR=str(tmp))
     try:
         out, err = agent.communicate(timeout=180)
     finally:
         _stop(agent)
     assert agent.returncode == 0, err[-3000:]
     _assert_all_passed(out, "faults", RANKS)
+    left = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
+    assert len(left) == 1 and left[0].startswith("torchelastic_"), left
     no_leftover_children()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.forkserver
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import labs
 import labs.launch
 from labs.context import resolve_backend
 from labs.errors import EXIT_SIGNAL, LabConfigError, LabTimeoutError, RankCrashedError, RankFailedError
+from labs.stacks import BACKWARD, STOPPED, describe_faulthandler
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.real_ranks]
 
@@ -355,9 +357,10 @@ def _temp_left(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.iterdir() if not p.name.startswith(_TORCH_CACHE))
 
 
-def _start_hanging_launcher(tmp: Path, args=HANG, nranks: int = 3) -> subprocess.Popen:
+def _start_hanging_launcher(tmp: Path, args=HANG, nranks: int = 3, children: int = 0) -> subprocess.Popen:
     """`python -m labs run faults --param mode=hang` (or ``args``) in a session of its own, TMPDIR=``tmp``;
-    returns once every process is up and every rank has reached the hang (its stack pipe is idle)."""
+    returns once every process is up (with at least ``children`` processes the ranks started) and every rank
+    has reached the hang (its stack pipe is idle)."""
     env = clean_env(TMPDIR=str(tmp))
     launcher = subprocess.Popen([sys.executable, "-m", "labs", *args], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -367,7 +370,8 @@ def _start_hanging_launcher(tmp: Path, args=HANG, nranks: int = 3) -> subprocess
         ranks = [p for p in procs if p.pid != launcher.pid and "forkserver" in " ".join(p.cmdline())
                  and p.ppid() != launcher.pid]
         # launcher + fork server + resource tracker + the ranks, all idle (past import and setup)
-        if len(procs) == 3 + nranks and len(ranks) == nranks and _idle(ranks):
+        up = len(procs) == 3 + nranks if not children else len(procs) >= 3 + nranks + children
+        if up and len(ranks) == nranks and _idle(ranks):
             return launcher
         assert launcher.poll() is None, launcher.communicate()
         assert time.monotonic() < deadline, f"런처와 랭크가 120초 안에 모두 뜨지 않았습니다: {describe(procs)}"
@@ -487,6 +491,138 @@ def test_a_grade_killed_with_sigkill_leaves_no_folder(tmp_path):
     finally:
         _kill_session(sid)
     assert not left, describe(left)
+    assert _temp_left(tmp) == [], f"TMPDIR에 남은 것: {_temp_left(tmp)}"
+
+
+# A graded class that leaves things a rank's own cleanup cannot reach: a temp folder and a child process of its own
+# (both made in the constructor), then rank FAILING raises and the other hangs in a receive (FAILING=-1: both hang).
+LITTERING_DDP = HANGING_DDP.replace("import torch.distributed", "import subprocess\nimport tempfile\n\nimport torch.distributed").replace(
+    "        self.module = module\n",
+    "        self.module = module\n        self.folder = tempfile.mkdtemp(prefix='reader-')\n"
+    "        self.child = subprocess.Popen(['sleep', '300'])\n").replace(
+    "    def finish_gradient_synchronization(self):\n",
+    "    def finish_gradient_synchronization(self):\n        if dist.get_rank() == FAILING:\n"
+    "            raise RuntimeError('the reader raised')\n")
+
+
+def _littering_file(tmp_path: Path, failing: int) -> Path:
+    reader = tmp_path / "src" / "littering.py"
+    reader.parent.mkdir()
+    reader.write_text(f"FAILING = {failing}\n" + LITTERING_DDP, encoding="utf-8")
+    return reader
+
+
+@pytest.mark.timeout(240)
+def test_sigkill_with_a_frozen_rank_ends_every_process_the_ranks_started(tmp_path):
+    """Issue 39: SIGKILL of the launcher while one rank is frozen (SIGSTOP) left that rank, and a graded file's own
+    child processes and temp folders outlived the ranks. The frozen rank is woken by its parent's death
+    (PR_SET_PDEATHSIG → SIGCONT), each rank ends its whole process group, and the ranks' temp files live in the
+    run's folder, which the ranks remove."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    reader = _littering_file(tmp_path, failing=-1)
+    launcher = _start_hanging_launcher(tmp, ("grade", str(reader), "--timeout", "200"), nranks=2, children=2)
+    sid = launcher.pid
+    try:
+        ranks = [p for p in _session(sid) if "forkserver" in " ".join(p.cmdline()) and p.ppid() != sid]
+        frozen = max(ranks, key=lambda p: p.pid)
+        frozen.suspend()
+        assert any(p.name() == "sleep" for p in _session(sid)), describe(_session(sid))
+        os.kill(sid, signal.SIGKILL)
+        launcher.communicate(timeout=60)
+        left = _wait_gone(sid, 15)
+        deadline = time.monotonic() + 10
+        while _temp_left(tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        _kill_session(sid)
+    assert not left, describe(left)
+    assert _temp_left(tmp) == [], f"TMPDIR에 남은 것: {_temp_left(tmp)}"
+
+
+@pytest.mark.timeout(240)
+def test_a_failing_rank_takes_the_others_processes_and_temp_files_along(tmp_path):
+    """Issue 39: when one rank raised, the ranks the launcher stopped kept their temp folders, and a graded file's
+    child processes stayed. Now the launcher removes the run's folder and ends each rank's process group."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    reader = _littering_file(tmp_path, failing=1)
+    grade = subprocess.Popen([sys.executable, "-m", "labs", "grade", str(reader), "--timeout", "100"],
+                             env=clean_env(TMPDIR=str(tmp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        out, err = grade.communicate(timeout=200)
+        left = _wait_gone(grade.pid, 10)
+    finally:
+        _kill_session(grade.pid)
+    assert "littering.py:" in out, (out[-2000:], err[-2000:])  # 예외가 난 줄을 짚었다
+    assert not left, describe(left)
+    assert _temp_left(tmp) == [], f"TMPDIR에 남은 것: {_temp_left(tmp)}"
+
+
+@pytest.mark.timeout(240)
+def test_a_frozen_rank_is_named_as_frozen(tmp_path):
+    """Issue 39: a rank stopped with SIGSTOP cannot send its stack; it was reported as "스택을 읽지 못함" and the
+    rank waiting for it took the blame. Now its line says it is stopped and the others still say where they wait."""
+    launcher = _start_hanging_launcher(tmp_path, ["run", "faults", "--nproc", "3", "--param", "mode=hang",
+                                                  "--param", "fault_rank=2", "--timeout", "40"])
+    sid = launcher.pid
+    try:
+        ranks = sorted((p for p in _session(sid) if "forkserver" in " ".join(p.cmdline()) and p.ppid() != sid),
+                       key=lambda p: p.pid)
+        ranks[0].suspend()
+        out, err = launcher.communicate(timeout=120)
+    finally:
+        _kill_session(sid)
+    assert launcher.returncode == 3, err[-2000:]
+    lines = [line for line in err.splitlines() if line.strip().startswith("- 랭크")]
+    assert len(lines) == 3 and sum(STOPPED in line for line in lines) == 1, err[-3000:]
+    assert any(re.search(r"랭크 2: 집합 통신 밖에서 멈춤", line) for line in lines) or any(
+        "랭크 2: " + STOPPED in line for line in lines), err[-3000:]
+
+
+def test_a_rank_inside_backward_is_said_to_wait_there():
+    """DDP's All-Reduce runs from autograd's C++ engine: a rank stuck in loss.backward() has no c10d frame, and
+    was called "집합 통신 밖에서 멈춤" (the culprit's words). Its stack now reads as waiting in the backward."""
+    dump = ('  File "/x/torch/autograd/graph.py", line 829 in _engine_run_backward\n'
+            '  File "/x/torch/_tensor.py", line 625 in backward\n'
+            '  File "/x/labs/ddp/train_script.py", line 275 in train_one_epoch\n')
+    assert describe_faulthandler(dump) == f"{BACKWARD} (train_script.py 275행 train_one_epoch())"
+    assert describe_faulthandler(dump.split("\n", 2)[2]).startswith("집합 통신 밖에서 멈춤")
+
+
+# ----------------------------------------------------------------------------- a Jupyter kernel that ran a lab
+
+KERNEL_CELL = """import atexit
+import labs
+
+labs.run("faults", nproc=2).assert_ok()
+atexit.register(lambda: open({exited!r}, "w").write("atexit"))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_kernel_that_ran_a_lab_exits_normally_and_leaves_no_folder(tmp_path):
+    """Issue 39: ipykernel signals its children at shutdown and waits; the resource tracker ignores SIGTERM, so a
+    kernel that had run a lab was killed by jupyter_client (no atexit) and left multiprocessing's pymp-* folder,
+    one per chapter of `make book`. Now the kernel's own atexit runs and TMPDIR is left as it was."""
+    from jupyter_client.manager import KernelManager
+
+    tmp, exited = tmp_path / "tmp", tmp_path / "exited"
+    tmp.mkdir()
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(env=clean_env(TMPDIR=str(tmp)))
+    client = manager.client()
+    try:
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        reply = client.execute_interactive(KERNEL_CELL.format(exited=str(exited)), timeout=120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert any(p.name.startswith("pymp-") for p in tmp.iterdir()), _temp_left(tmp)  # 포크 서버를 썼다
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+    assert exited.exists(), "커널이 atexit을 돌리지 못하고 강제로 끝났습니다(SIGKILL)"
     assert _temp_left(tmp) == [], f"TMPDIR에 남은 것: {_temp_left(tmp)}"
 
 
