@@ -27,9 +27,10 @@ def _utf8_streams() -> None:
 
 
 def _save_traceback(text: str) -> str | None:
-    """Write ``text`` to a new ``labs-error-*.txt`` in TMPDIR (or, when TMPDIR cannot take it, the current
-    folder); its path, or None when neither can."""
-    for folder in (None, os.getcwd()):
+    """Write ``text`` to a new ``labs-error-*.txt`` in TMPDIR as it was at start (a rank under torchrun points its
+    own temporary files into a folder it removes), or, when TMPDIR cannot take it, the current folder; its
+    path, or None when neither can."""
+    for folder in (_TMPDIR, os.getcwd()):
         try:
             fd, path = tempfile.mkstemp(prefix="labs-error-", suffix=".txt", dir=folder)
             with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -61,6 +62,7 @@ def _closed_pipe() -> int:
 
 
 _utf8_streams()
+_TMPDIR = tempfile.gettempdir()
 try:
     from .cli import main
 

@@ -167,7 +167,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     temp_dir = tempfile.mkdtemp(prefix=f"labs-rank{rank}-")
     end_with_parent(os.getppid(), [temp_dir])  # torchrun의 에이전트가 죽으면(SIGKILL, OOM) 이 랭크도 끝난다
     use_temp_dir(temp_dir)
-    dist.init_process_group(resolved, timeout=store_timeout(timeout))
+    _join_attempt(resolved, rank, world_size, timeout)
     watch = HangWatch(lab.name, rank, world_size, timeout)
     try:
         ctx = RankContext(rank, world_size, local_rank, resolved, device_for(resolved, local_rank))
@@ -422,6 +422,16 @@ def _where_stuck(ranks: list[_Rank], missing: list[int]) -> dict[int, str]:
             texts[pipes[conn]] += chunk
     return {r: STOPPED if not text and stopped(ranks[r].process.pid or 0) else describe_faulthandler(text.decode(errors="replace"))
             for r, text in texts.items()}
+
+
+def _join_attempt(backend: str, rank: int, world_size: int, timeout: float) -> None:
+    """Join torchrun's group through its store, under a prefix of this attempt. torchrun's default (static)
+    rendezvous keeps one TCPStore for every attempt (torch 2.13, ``StaticTCPRendezvous.next_rendezvous``), so
+    after ``--max-restarts`` the new ranks read the dead ranks' gloo addresses and never connect."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store, _, _ = next(dist.rendezvous("env://", timeout=store_timeout(timeout)))
+    dist.init_process_group(backend, store=dist.PrefixStore(f"labs/attempt_{attempt}/", store), rank=rank,
+                            world_size=world_size, timeout=store_timeout(timeout))
 
 
 def _describe_stack(text: str) -> str:

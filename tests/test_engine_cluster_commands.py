@@ -214,6 +214,22 @@ def test_one_node_torchrun_runs_a_lab_in_place(tmp_path, no_leftover_children):
     no_leftover_children()
 
 
+def test_a_restarted_attempt_forms_its_group_again(tmp_path, no_leftover_children):
+    """Issue 39: with ``--max-restarts 1`` the agent starts the ranks again after a rank died; the new attempt must
+    join a new group and run the lab (here it meets the same fault again), not wait for the old one. Two attempts,
+    each ending in rank 0's Korean line naming the lost connection, and the agent's non-zero exit."""
+    command = commands.torchrun_one_node("faults", nproc=RANKS, params={"mode": "kill", "fault_rank": 1}).replace(
+        "torchrun ", "torchrun --max-restarts=1 ", 1)
+    agent = _start_agent(command, tmp_path)
+    try:
+        out, err = agent.communicate(timeout=180)
+    finally:
+        _stop(agent)
+    assert agent.returncode != 0
+    assert (out + err).count("다른 랭크와의 연결이 끊겼습니다") == 2, (out + err)[-4000:]
+    no_leftover_children()
+
+
 def test_a_hung_rank_under_torchrun_is_named_with_its_place(tmp_path, no_leftover_children):
     """F7: each rank's watchdog reports at the deadline. Rank 0 prints the spawn launcher's report (the hung
     rank outside a collective, its peers waiting in one), and torchrun's root cause is the hung rank."""

@@ -1,7 +1,8 @@
 """One real DDP training program: classify 8×8 handwritten digits with a small MLP.
 
     torchrun --nproc_per_node=2 labs/ddp/train_script.py --epochs 5 --ckpt-dir /tmp/x
-    torchrun --nproc_per_node=2 --max-restarts=1 -m labs.ddp.train_script --ckpt-dir /tmp/x --fail-at-epoch 3
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 \
+        labs/ddp/train_script.py --ckpt-dir /tmp/x --fail-at-epoch 3     # chapter 6.8
     python -m labs.ddp.train_script --epochs 5          # one process: a process group of one
 
 It follows the six steps of DDP training: (1) replicate the model, (2) give every rank its own
