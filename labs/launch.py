@@ -74,6 +74,7 @@ _PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Socke
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 _RANK_TIMEOUT_MARGIN = 30.0
+MIN_TEMP_SPACE = 16 << 20  # bytes free in TMPDIR before a run: room for the ranks' temporary files and checkpoints
 _STDERR_TAIL = 8192  # bytes of each rank's standard error kept for a crash report
 # Imported once by the fork server, not by every rank: DDP's constructor imports torch._dynamo, and
 # train's ranks load their data with scikit-learn (labs.ddp.train_script imports it only then); each
@@ -250,8 +251,19 @@ def removed_if_killed(path: str) -> Iterator[str]:
         _REMOVED_IF_KILLED.remove(path)
 
 
+def check_temp_space() -> None:
+    """Refuse, before any rank starts, a TMPDIR too full for the ranks' temporary files and checkpoints."""
+    folder = tempfile.gettempdir()
+    free = shutil.disk_usage(folder).free
+    if free < MIN_TEMP_SPACE:
+        raise LabConfigError(f"임시 폴더 {folder}에 남은 공간이 {free / 1024:.0f} KiB뿐입니다. 랭크는 임시 파일과 "
+                             f"체크포인트를 여기에 씁니다(최소 {MIN_TEMP_SPACE >> 20} MiB). 여유 있는 폴더를 TMPDIR로 "
+                             "주세요(예: TMPDIR=$HOME/tmp).")
+
+
 def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: float) -> list:
     """Start ``nproc`` processes, each running the lab's rank function; return records by rank."""
+    check_temp_space()
     store = dist.TCPStore(HOST, 0, None, True, timedelta(seconds=timeout + _RANK_TIMEOUT_MARGIN),
                           wait_for_workers=False)
     ctx = _context()

@@ -297,3 +297,52 @@ def test_grade_without_a_path_grades_the_reference():
     assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
     assert "클래스 PerParameterDDP" in proc.stdout and "클래스 BucketedDDP" in proc.stdout
     assert proc.stdout.count("모두 통과했습니다") == 2, proc.stdout[-2000:]
+
+
+# ----------------------------------------------------------------------------- where the course and its files live
+
+
+def test_a_full_tmpdir_is_refused_in_korean_before_any_rank_starts(monkeypatch, capsys, tmp_path):
+    """Issue 39: with a few KB left in TMPDIR a rank's torch.save failed with an English C++ error (exit 3)."""
+    from collections import namedtuple
+
+    import labs.launch
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(labs.launch.shutil, "disk_usage", lambda path: usage(1 << 20, (1 << 20) - 4096, 4096))
+    monkeypatch.setattr(labs.launch._Rank, "start", lambda self: pytest.fail("a rank started on a full TMPDIR"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = main(["run", "faults", "--nproc", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and has_hangul(err) and "4 KiB" in err and "TMPDIR" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkout_in_a_folder_with_spaces_and_hangul_runs_and_grades(tmp_path):
+    """Issue 39: the course copied to "내 코스 폴더", TMPDIR "임시 폴더", a graded file "내 ddp.py": all run."""
+    course, tmp = tmp_path / "내 코스 폴더", tmp_path / "임시 폴더"
+    shutil.copytree(Path(labs.__file__).parent, course / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    tmp.mkdir()
+    reader = course / "내 ddp.py"
+    shutil.copy(course / "labs" / "ddp" / "miniddp.py", reader)
+    env = clean_env(PYTHONPATH=str(course), TMPDIR=str(tmp))
+    where = subprocess.run([sys.executable, "-c", "import labs; print(labs.__file__)"], cwd=course, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert where == str(course / "labs" / "__init__.py")
+    for args in (["run", "faults", "--nproc", "2"], ["grade", str(reader)]):
+        done = subprocess.run([sys.executable, "-m", "labs", *args], cwd=course, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    assert sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")) == []
+
+
+def test_two_grades_of_one_file_at_once_both_pass(tmp_path):
+    """Issue 39: two `labs grade` of the same file at the same time (two terminals): separate ports and folders."""
+    reader = tmp_path / "mine.py"
+    shutil.copy(Path(labs.__file__).parent / "ddp" / "miniddp.py", reader)
+    env = clean_env(TMPDIR=str(tmp_path))
+    grades = [subprocess.Popen([sys.executable, "-m", "labs", "grade", str(reader)], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [grade.communicate(timeout=600) for grade in grades]
+    assert [grade.returncode for grade in grades] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert all("모두 통과" in out for out, _ in outputs), [out[-1000:] for out, _ in outputs]
