@@ -4,6 +4,14 @@ Each lab is a small function run on every rank of a real ``torch.distributed`` p
 group; the launcher (:mod:`labs.launch`) is separate from the lessons.
 """
 
+import signal
+import sys
+
+from .errors import end_on_ctrl_c_while_loading
+
+if sys.argv[:1] == ["-m"]:  # `python -m labs`: a Ctrl-C before the CLI's handler (torch loads first) ends quietly too
+    signal.signal(signal.SIGINT, end_on_ctrl_c_while_loading)
+
 from .errors import LabCheckFailed, LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from .grading import grade
 from .launch import run

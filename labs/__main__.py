@@ -63,6 +63,7 @@ def _closed_pipe() -> int:
 
 _utf8_streams()
 _TMPDIR = tempfile.gettempdir()
+signal.signal(signal.SIGINT, signal.default_int_handler)  # labs/__init__ set a quiet end while torch loaded
 try:
     from .cli import main
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -21,6 +22,13 @@ def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
     except OSError:
         pass
+
+
+def end_on_ctrl_c_while_loading(signum: int, frame: object) -> None:
+    """SIGINT handler of ``python -m labs`` until its command starts: torch is still loading, nothing has been
+    started, so one Korean line and 130, not a KeyboardInterrupt traceback from inside torch's import."""
+    say("중단: Ctrl-C(SIGINT)로 멈췄습니다. 아직 불러오는 중이라 띄운 것은 없습니다.")
+    os._exit(EXIT_SIGNAL + signal.SIGINT)
 
 
 class LabError(RuntimeError):

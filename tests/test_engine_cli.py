@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,17 @@ def test_two_grades_of_one_file_at_once_both_pass(tmp_path):
     outputs = [grade.communicate(timeout=600) for grade in grades]
     assert [grade.returncode for grade in grades] == [0, 0], [err[-2000:] for _, err in outputs]
     assert all("모두 통과" in out for out, _ in outputs), [out[-1000:] for out, _ in outputs]
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.6])
+def test_ctrl_c_while_torch_loads_ends_in_one_korean_line(delay):
+    """Issue 39: Ctrl-C during `python -m labs …`'s first second (labs/__init__ imports torch before the CLI's handler)
+    ended in a KeyboardInterrupt traceback from inside torch's import and exit -2."""
+    cli = subprocess.Popen([sys.executable, "-m", "labs", "list"], env=clean_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    cli.send_signal(signal.SIGINT)
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode == EXIT_SIGNAL + signal.SIGINT, (cli.returncode, err[-2000:])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("중단") and "Traceback" not in err, err[-2000:]
