@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, TypedDict
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ..context import RankContext, resolve_backend
+from ..ddp.allreduce import average_gradients
 from ..ddp.traps import (
     TiedBlocks,
     TwoHeads,
@@ -303,14 +303,6 @@ def set_epoch_summary(ranks: list[dict], variant: str, *, samples: int, per_rank
 
 # ----------------------------------------------------------------------------- 5. a collective only rank 0 calls
 
-def average_gradients(model: nn.Module, world_size: int) -> None:
-    """Chapter 4's step by hand: every rank all-reduces each gradient and divides by N."""
-    for param in model.parameters():
-        assert param.grad is not None  # 이 함정의 모델은 모든 파라미터를 쓴다
-        dist.all_reduce(param.grad)
-        param.grad /= world_size
-
-
 def partial_collective_rank(ctx: RankContext, variant: str, *, steps: int, per_rank_batch: int, lr: float,
                             seed: int) -> dict:
     # DDP 없이 그래디언트를 손으로 평균한다: torch 2.13 CPU에서 TORCH_DISTRIBUTED_DEBUG=DETAIL이면
@@ -324,7 +316,7 @@ def partial_collective_rank(ctx: RankContext, variant: str, *, steps: int, per_r
         optimizer.zero_grad()
         loss = _loss(model, x, y)
         loss.backward()
-        average_gradients(model, ctx.world_size)
+        average_gradients(model.parameters(), ctx.world_size)  # 4장의 손 루프(labs/ddp/allreduce.py)
         optimizer.step()
         losses.append(loss.item())
         logged.append(log_loss(ctx, loss.item()))
