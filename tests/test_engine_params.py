@@ -22,9 +22,10 @@ from conftest import clean_env, has_hangul
 import labs
 import labs.launch
 from labs.cli import EXIT_BAD_INPUT, main
-from labs.ddp.train_script import CHECKPOINT_NAME, CONFIG_NAME, TrainConfig, run_config
+from labs.ddp.train_script import TrainConfig, run_config
 from labs.errors import LabConfigError, LabError
 from labs.params import Bool, Choice, Float, Int, ListOf, Text, parse_pairs, resolve
+from labs.tools.checkpoint_folder import CHECKPOINT_NAME, CONFIG_NAME
 
 
 def bad_cli_values(spec) -> list[str]:

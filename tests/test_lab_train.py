@@ -25,6 +25,7 @@ import labs.launch
 from labs.context import RankContext
 from labs.lessons import train as train_lab
 from labs.lessons.train import compare_runs
+from labs.tools import checkpoint_folder
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -228,7 +229,7 @@ def test_a_reused_folder_resumes_the_same_run_and_refuses_another(tmp_path, caps
     another configuration in that folder is refused in Korean before any rank starts, unless fresh."""
     folder = tmp_path / "ckpt"
     assert _cli(capsys, folder) == (0, "")
-    assert sorted(p.name for p in folder.iterdir()) == [script.CHECKPOINT_NAME, script.CONFIG_NAME]
+    assert sorted(p.name for p in folder.iterdir()) == [checkpoint_folder.CHECKPOINT_NAME, checkpoint_folder.CONFIG_NAME]
     again = labs.run("train", nproc=2, epochs=2, ckpt_dir=str(folder))
     assert again.ok and again.data["summary"]["resumed_from"] == 2 and again.data["epochs_trained"] == 0
     assert again.checks["ddp_equals_single_process"].applicable and again.checks["phases_explain_whole_run"].ok
@@ -244,10 +245,10 @@ def test_a_reused_folder_resumes_the_same_run_and_refuses_another(tmp_path, caps
     assert spawned == []
     monkeypatch.undo()
 
-    before = (folder / script.CHECKPOINT_NAME).read_bytes()
+    before = (folder / checkpoint_folder.CHECKPOINT_NAME).read_bytes()
     assert _cli(capsys, folder, "--param", "lr=0.2", "--param", "fresh=true") == (0, "")
-    assert (folder / script.CHECKPOINT_NAME).read_bytes() != before
-    assert json.loads((folder / script.CONFIG_NAME).read_text())["lr"] == 0.2
+    assert (folder / checkpoint_folder.CHECKPOINT_NAME).read_bytes() != before
+    assert json.loads((folder / checkpoint_folder.CONFIG_NAME).read_text())["lr"] == 0.2
     assert _cli(capsys, folder, "--param", "lr=0.2") == (0, "")  # 새 설정으로 이어서(할 일 없음)
 
 
@@ -255,9 +256,9 @@ def test_a_reused_folder_resumes_the_same_run_and_refuses_another(tmp_path, caps
 def test_a_folder_without_its_configuration_is_refused(tmp_path, capsys):
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / script.CHECKPOINT_NAME).write_bytes(b"a checkpoint from before run_config.json")
+    (folder / checkpoint_folder.CHECKPOINT_NAME).write_bytes(b"a checkpoint from before run_config.json")
     code, err = _cli(capsys, folder)
-    assert code == 2 and script.CONFIG_NAME in err and has_hangul(err), err
+    assert code == 2 and checkpoint_folder.CONFIG_NAME in err and has_hangul(err), err
 
 
 @pytest.mark.real_ranks
@@ -270,7 +271,7 @@ def test_a_second_run_in_a_folder_in_use_is_refused(tmp_path, capsys):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not script.folder_in_use(folder):
+        while not checkpoint_folder.folder_in_use(folder):
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.05)
         code, err = _cli(capsys, folder, "--param", "epochs=20")
@@ -280,8 +281,8 @@ def test_a_second_run_in_a_folder_in_use_is_refused(tmp_path, capsys):
         first.kill()
         first.wait()
     assert first.returncode == 0, first_err
-    assert not script.folder_in_use(folder)
-    assert sorted(p.name for p in folder.iterdir()) == [script.CHECKPOINT_NAME, script.CONFIG_NAME]
+    assert not checkpoint_folder.folder_in_use(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [checkpoint_folder.CHECKPOINT_NAME, checkpoint_folder.CONFIG_NAME]
 
 
 def test_the_script_refuses_another_configuration_with_exit_2(tmp_path):

@@ -19,14 +19,12 @@ The functions are importable: the ``train`` lab of chapter 6 runs this same code
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 if __package__ in (None, ""):  # run as a file (torchrun labs/ddp/train_script.py): import `labs` from the repo root
     sys.path[0] = str(Path(__file__).resolve().parents[2])
@@ -40,13 +38,10 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 from labs.context import RankContext, device_for
+from labs.tools.checkpoint_folder import CheckpointFolderError, checkpoint_folder
 from labs.tools.models import fingerprint, flat_parameters, tiny_mlp
 from labs.tools.primitives import device_ids, make_optimizer
 
-CHECKPOINT_NAME = "checkpoint.pt"
-CONFIG_NAME = "run_config.json"  # what the checkpoints in the folder were trained with
-# Every name a run writes in its checkpoint folder (each first as NAME.tmp, then replaced atomically).
-FOLDER_FILES = tuple(name + tmp for name in (CHECKPOINT_NAME, CONFIG_NAME) for tmp in ("", ".tmp"))
 # The settings that decide every step (with the world size): a checkpoint resumes only under the same ones.
 RUN_SETTINGS = ("epochs", "global_batch", "lr", "momentum", "seed")
 TEST_SIZE = 357  # 1,797 digits → 1,440 for training (divisible by 1, 2, 3, 4, 5, 6, 8, …) and 357 for testing
@@ -70,131 +65,10 @@ class TrainConfig:
     fresh: bool = False        # drop the folder's old checkpoint and start from epoch 0
 
 
-class CheckpointFolderError(RuntimeError):
-    """The checkpoint folder cannot be used by this run (another configuration's, or in use)."""
-
-
 def run_config(cfg: TrainConfig, world_size: int) -> dict:
-    """What a checkpoint folder records next to its checkpoint (:data:`CONFIG_NAME`)."""
+    """What a checkpoint folder records next to its checkpoint (:data:`labs.tools.checkpoint_folder.CONFIG_NAME`)."""
     settings = asdict(cfg)
     return {**{name: settings[name] for name in RUN_SETTINGS}, "world_size": world_size}
-
-
-def folder_conflict(cfg: TrainConfig, world_size: int) -> str | None:
-    """Why this run may not use ``cfg.ckpt_dir`` (Korean, says what to do), or ``None``."""
-    folder = Path(cfg.ckpt_dir)
-    return busy_message(folder) if folder_in_use(folder) else config_conflict(cfg, world_size)
-
-
-def busy_message(folder: Path) -> str:
-    return (f"체크포인트 폴더 {folder}를 다른 학습이 지금 쓰고 있습니다. 두 실행이 한 폴더에 쓰면 서로의 체크포인트를 "
-            "덮어씁니다. 그 실행이 끝나기를 기다리거나 다른 폴더를 주세요.")
-
-
-def config_conflict(cfg: TrainConfig, world_size: int) -> str | None:
-    """Why the checkpoint in ``cfg.ckpt_dir`` may not be resumed by this run, or ``None``."""
-    folder = Path(cfg.ckpt_dir)
-    if cfg.fresh or not (folder / CHECKPOINT_NAME).exists():
-        return None
-    how = "다른 폴더를 주거나, 옛 체크포인트를 지우고 처음부터 학습하려면 fresh=True(스크립트는 --fresh)로 실행하세요."
-    try:
-        saved = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return (f"체크포인트 폴더 {folder}의 체크포인트에는 어떤 설정으로 학습했는지 적은 {CONFIG_NAME}이(가) 없거나 "
-                f"읽을 수 없어 이어서 학습할 수 없습니다. {how}")
-    saved = saved if isinstance(saved, dict) else {}
-    changed = [f"{name} {saved.get(name)!r} → {value!r}" for name, value in run_config(cfg, world_size).items()
-               if saved.get(name) != value]
-    if changed:
-        return (f"체크포인트 폴더 {folder}의 체크포인트는 다른 설정으로 학습한 것이라 이어서 학습할 수 없습니다"
-                f"(저장된 설정 → 이번 설정: {', '.join(changed)}). {how}")
-    return unreadable_checkpoint(folder / CHECKPOINT_NAME, how)
-
-
-def unreadable_checkpoint(path: Path, how: str) -> str | None:
-    """Why the checkpoint at ``path`` cannot be resumed (it does not load, or holds no model and optimizer
-    state; Korean, ending with ``how``), or ``None``. A small file: loading it once before the ranks is cheap."""
-    try:
-        state = torch.load(path, map_location="cpu")
-    except Exception as err:  # 잘렸거나 다른 파일: pickle, zip, torch가 저마다 다른 예외를 낸다
-        why = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-    else:
-        if isinstance(state, dict) and {"epoch", "model", "optimizer", "history"} <= state.keys():
-            return None
-        why = "모델과 옵티마이저 상태가 없습니다"
-    return (f"체크포인트 파일 {path}을(를) 읽을 수 없어 이어서 학습할 수 없습니다({why[:200]}). 학습이 저장 도중 끊겼거나 "
-            f"다른 파일이 그 이름으로 놓였습니다. {how}")
-
-
-def folder_in_use(folder: Path) -> bool:
-    """Whether a run holds the folder's lock now (see :func:`checkpoint_folder`)."""
-    if not folder.is_dir():
-        return False
-    fd, busy = _lock(folder)
-    if fd is not None:
-        os.close(fd)
-    return busy
-
-
-def _lock(folder: Path) -> tuple[int | None, bool]:
-    """(the folder's descriptor holding an exclusive lock, or None; whether another process holds it).
-    A file system that cannot lock a folder (some network file systems) gives (None, False): no lock."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None, True
-    except OSError:
-        os.close(fd)
-        return None, False
-    return fd, False
-
-
-@contextlib.contextmanager
-def checkpoint_folder(cfg: TrainConfig, ctx: RankContext) -> Iterator[Path | None]:
-    """The checkpoint's path for the whole run, the folder held by rank 0 (a lock on the folder itself,
-    released when the run ends or its process dies, so nothing is left behind).
-
-    Rank 0 refuses a folder another run holds or one with another configuration's checkpoint, drops
-    the old checkpoint when ``cfg.fresh`` and records this run's configuration, then tells every rank
-    (one broadcast); on a refusal every rank raises :class:`CheckpointFolderError` before training.
-    """
-    if not cfg.ckpt_dir:
-        yield None
-        return
-    folder = Path(cfg.ckpt_dir)
-    fd, refusal = None, None
-    try:
-        if ctx.rank == 0:
-            fd, refusal = _take_folder(cfg, ctx.world_size)
-        # 랭크 0이 폴더를 잡고 설정을 적을 때까지 모두 기다린다: 그 전에 옛 체크포인트를 읽지 않게
-        refused = torch.tensor([float(refusal is not None)], device=ctx.device)
-        dist.broadcast(refused, src=0)
-        if refused.item():
-            raise CheckpointFolderError(refusal or f"랭크 0이 체크포인트 폴더 {folder}를 쓸 수 없다고 알렸습니다.")
-        yield folder / CHECKPOINT_NAME
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _take_folder(cfg: TrainConfig, world_size: int) -> tuple[int | None, str | None]:
-    """Rank 0's part of :func:`checkpoint_folder`: (the folder's locked descriptor, why it is refused or None)."""
-    folder = Path(cfg.ckpt_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, busy = _lock(folder)
-    if busy:
-        return None, busy_message(folder)
-    conflict = config_conflict(cfg, world_size)
-    if conflict:
-        return fd, conflict
-    if cfg.fresh:
-        (folder / CHECKPOINT_NAME).unlink(missing_ok=True)
-    tmp = folder / (CONFIG_NAME + ".tmp")
-    tmp.write_text(json.dumps(run_config(cfg, world_size), indent=1), encoding="utf-8")
-    os.replace(tmp, folder / CONFIG_NAME)
-    return fd, None
 
 
 def init_distributed() -> RankContext:
@@ -356,7 +230,7 @@ def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set
     # ② 랭크마다 겹치지 않는 1/N을 B/N개씩
     sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank,
                                   pin_memory=ctx.device.type == "cuda")
-    with checkpoint_folder(cfg, ctx) as ckpt:  # 랭크 0이 폴더를 잡는다: 다른 실행·다른 설정의 폴더는 거절
+    with checkpoint_folder(cfg.ckpt_dir, run_config(cfg, ctx.world_size), cfg.fresh, ctx) as ckpt:  # 다른 설정의 폴더는 거절
         start, history = load_checkpoint(ckpt, model, optimizer, ctx) if ckpt else (0, [])
         if start:
             log(ctx, cfg, f"체크포인트에서 이어서 학습: 에폭 {start}까지 끝났으므로 에폭 {start + 1}부터")

@@ -8,7 +8,7 @@ compare final parameters, loss curves and test accuracy. Each rank also records 
 
 With ``ckpt_dir`` the run checkpoints every epoch and resumes from the last checkpoint (of the same
 configuration: another one is refused before spawning unless ``fresh``, see
-:func:`labs.ddp.train_script.checkpoint_folder`); with
+:func:`labs.tools.checkpoint_folder.checkpoint_folder`); with
 ``fail_at_epoch`` the last rank dies midway through that epoch. :func:`compare_runs` checks
 that a resumed run ends where an uninterrupted one does: bit for bit with N ≤ 2 ranks, within
 the float32 tolerance with more (see :func:`resume_tolerance`).
@@ -29,17 +29,14 @@ from torch.utils.data.distributed import DistributedSampler
 from ..context import Described, RankContext
 from ..ddp.reference import train_reference
 from ..ddp.train_script import (
-    CHECKPOINT_NAME,
-    FOLDER_FILES,
     TrainConfig,
-    checkpoint_folder,
     evaluate,
-    folder_conflict,
     global_mean,
     load_digits_split,
     make_ddp_model,
     make_loader,
     per_rank_batch,
+    run_config,
     run_summary,
     save_checkpoint,
     sgd,
@@ -50,6 +47,7 @@ from ..errors import LabConfigError
 from ..params import Bool, Float, Folder, Int, seed
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal, not_applicable
+from ..tools.checkpoint_folder import CHECKPOINT_NAME, FOLDER_FILES, checkpoint_folder, folder_conflict
 from ..tools.comms import CollectiveCounter
 from ..tools.models import index_dataset
 from ..tools.primitives import max_abs_diff
@@ -83,7 +81,7 @@ def phase_collectives(ctx: RankContext, cfg: TrainConfig, train_set: TensorDatas
     with CollectiveCounter() as construct:
         model = make_ddp_model(cfg, ctx)
     with tempfile.TemporaryDirectory(prefix="ddp-ch6-phases-") as tmp, CollectiveCounter() as prepare:
-        with checkpoint_folder(TrainConfig(ckpt_dir=tmp), ctx):
+        with checkpoint_folder(tmp, run_config(cfg, ctx.world_size), False, ctx):
             pass
     optimizer = sgd(model, cfg)
     sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank)
@@ -296,7 +294,8 @@ def compare_runs(resumed: dict, uninterrupted: dict, fail_at_epoch: int, backend
 def validate(params: dict, world_size: int) -> None:
     # torchrun 아래에서는 랭크마다 검사한다: 폴더는 랭크 0만 본다(다른 랭크가 보면 랭크 0이 잡은 폴더를 "쓰는 중"으로 본다)
     if params["ckpt_dir"] and os.environ.get("RANK", "0") == "0":
-        conflict = folder_conflict(TrainConfig(**params), world_size)
+        cfg = TrainConfig(**params)
+        conflict = folder_conflict(cfg.ckpt_dir, run_config(cfg, world_size), cfg.fresh)
         if conflict:
             raise LabConfigError(conflict)
     if params["global_batch"] % world_size:
