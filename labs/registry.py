@@ -9,7 +9,7 @@ import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, is_typeddict
+from typing import Any, Callable, get_origin, get_type_hints, is_typeddict
 
 from .context import RankContext
 from .errors import LabConfigError
@@ -56,6 +56,26 @@ class Lab:
     def record_keys(self) -> frozenset[str] | None:
         """The keys every rank's record has: the fields of ``record``."""
         return typed_keys(self.record)
+
+    def mistyped(self, record: Mapping[str, Any]) -> list[str]:
+        """The fields of ``record`` whose value is not of the plain type ``record``'s TypedDict declares (int, float,
+        str, bool, list, dict, tuple, a nested TypedDict); fields of other types (unions, Any) are not checked."""
+        if self.record is None:
+            return []
+        wrong = []
+        for key, hint in get_type_hints(self.record).items():
+            value, kind = record.get(key), get_origin(hint) or hint
+            if is_typeddict(hint):
+                ok = isinstance(value, dict)
+            elif kind in (int, float):  # bool is an int in Python, never a count or a measurement here
+                ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+            elif kind in (str, bool, list, dict, tuple):
+                ok = isinstance(value, kind)
+            else:
+                continue
+            if not ok:
+                wrong.append(f"{key}({type(value).__name__}, 선언 {getattr(hint, '__name__', hint)})")
+        return wrong
 
     @property
     def data_keys(self) -> frozenset[str] | None:

@@ -298,6 +298,8 @@ class Recording:
                 missing = sorted(declared - record.keys())
                 _require(not missing and record.keys() == declared,
                          f"랭크 {rank}의 기록에 {'빠진 키 ' + ', '.join(missing) if missing else '선언하지 않은 키'}")
+            wrong = get_lab(self.lab).mistyped(record)
+            _require(not wrong, f"랭크 {rank}의 기록에서 선언과 타입이 다른 값: {', '.join(wrong[:3])}")
             if "rank" in record:
                 _require(record["rank"] == rank and record.get("world_size") == self.nproc,
                          f"{rank}번째 기록이 랭크 {record['rank']!r}(월드 크기 {record.get('world_size')!r})의 것: "

@@ -257,6 +257,13 @@ def missing_key(path: Path) -> None:
     write_record(path, outcome)
 
 
+def wrong_type(path: Path) -> None:
+    """Issue 39: a record whose value has another type than the lab declares ended in the summary's TypeError."""
+    outcome = read_record(path)
+    outcome["records"][1]["sum"] = str(outcome["records"][1]["sum"])
+    write_record(path, outcome)
+
+
 def ranks_swapped(path: Path) -> None:
     outcome = read_record(path)
     outcome["records"][0] = dict(outcome["records"][1])  # rank 1 twice, rank 0 missing
@@ -279,6 +286,7 @@ CORRUPTIONS = {
     "empty": (lambda p: p.write_bytes(b""), "JSON이 아님"),
     "rank_list_cut": (cut_to_rank_0, "월드 크기 2개가 아니라 1개"),
     "missing_key": (missing_key, "빠진 키 sum"),
+    "wrong_type": (wrong_type, "타입이 다른 값: sum(str"),
     "ranks_not_once_each": (ranks_swapped, "랭크 0..1이 한 번씩"),
     "other_version": (lambda p: p.write_text(p.read_text().replace('"version": 2', '"version": 1')), "형식 버전 1"),
     "old_pickle": (old_pickle, "옛 pickle 형식"),
