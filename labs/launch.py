@@ -74,6 +74,7 @@ _PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Socke
 _STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 _RANK_TIMEOUT_MARGIN = 30.0
+_SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX socket path on Linux (sun_path is 108 with the closing NUL)
 MIN_TEMP_SPACE = 16 << 20  # bytes free in TMPDIR before a run: room for the ranks' temporary files and checkpoints
 _STDERR_TAIL = 8192  # bytes of each rank's standard error kept for a crash report
 # Imported once by the fork server, not by every rank: DDP's constructor imports torch._dynamo, and
@@ -189,10 +190,25 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     return lab.finish(gathered, resolved, params) if gathered is not None else None
 
 
+def _short_socket_folder() -> None:
+    """The fork server listens on a socket in multiprocessing's folder under TMPDIR (``pymp-…/listener-…``), and an
+    AF_UNIX path holds at most 107 bytes: with a long TMPDIR (a cluster's home folder) nothing started ("AF_UNIX path
+    too long"). Then that one folder goes to /tmp, removed at exit as multiprocessing removes its own."""
+    config = mp.process.current_process()._config  # type: ignore[attr-defined]
+    if config.get("tempdir") is not None:
+        return
+    if len(os.fsencode(tempfile.gettempdir())) + len("/pymp-12345678/listener-12345678") <= _SOCKET_PATH_MAX:
+        return
+    folder = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
+    mp.util.Finalize(None, shutil.rmtree, args=(folder,), kwargs={"ignore_errors": True}, exitpriority=-100)
+    config["tempdir"] = folder
+
+
 def _context() -> mp.context.BaseContext:
     # A fork server imports torch once; every later rank is a cheap fork of it, and it is a
     # fresh process, so forking never copies a Jupyter kernel's threads.
     if "forkserver" in mp.get_all_start_methods():
+        _short_socket_folder()
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["labs.launch", *RANK_IMPORTS, *lesson_modules()])
         stop_helpers_at_kernel_shutdown()  # 주피터 커널이 끝날 때 포크 서버가 커널을 붙잡지 않게

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, has_hangul
+from conftest import REPLAY_VARS, clean_env, has_hangul
 
 import labs
 from labs.cli import main
@@ -313,6 +313,8 @@ def test_a_full_tmpdir_is_refused_in_korean_before_any_rank_starts(monkeypatch, 
     monkeypatch.setattr(labs.launch.shutil, "disk_usage", lambda path: usage(1 << 20, (1 << 20) - 4096, 4096))
     monkeypatch.setattr(labs.launch._Rank, "start", lambda self: pytest.fail("a rank started on a full TMPDIR"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for name in REPLAY_VARS:  # make test replays the book's runs: this one must reach the launcher
+        monkeypatch.delenv(name, raising=False)
     code = main(["run", "faults", "--nproc", "2"])
     err = capsys.readouterr().err
     assert code == 2 and has_hangul(err) and "4 KiB" in err and "TMPDIR" in err, err
@@ -320,7 +322,8 @@ def test_a_full_tmpdir_is_refused_in_korean_before_any_rank_starts(monkeypatch, 
 
 
 def test_a_checkout_in_a_folder_with_spaces_and_hangul_runs_and_grades(tmp_path):
-    """Issue 39: the course copied to "내 코스 폴더", TMPDIR "임시 폴더", a graded file "내 ddp.py": all run."""
+    """Issue 39: the course copied to "내 코스 폴더", TMPDIR "임시 폴더", a graded file "내 ddp.py": all run. The TMPDIR
+    is long too (pytest's folder): with over ~75 bytes the fork server's socket path was too long for AF_UNIX."""
     course, tmp = tmp_path / "내 코스 폴더", tmp_path / "임시 폴더"
     shutil.copytree(Path(labs.__file__).parent, course / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     tmp.mkdir()

@@ -378,6 +378,17 @@ def _start_hanging_launcher(tmp: Path, args=HANG, nranks: int = 3, children: int
         time.sleep(0.3)
 
 
+def _sigkill_and_wait(launcher: subprocess.Popen, tmp: Path) -> list[psutil.Process]:
+    """SIGKILL the launcher; what of its session is still alive 15 s later (TMPDIR gets 10 s more to empty)."""
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.communicate(timeout=60)
+    left = _wait_gone(launcher.pid, 15)
+    deadline = time.monotonic() + 10
+    while _temp_left(tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 def _idle(procs: list[psutil.Process], seconds: float = 1.0) -> bool:
     try:
         before = [sum(p.cpu_times()[:2]) for p in procs]
@@ -482,12 +493,7 @@ def test_a_grade_killed_with_sigkill_leaves_no_folder(tmp_path):
     sid = launcher.pid
     try:
         assert any(p.name.startswith("labs-grade-") for p in tmp.iterdir()), _temp_left(tmp)
-        os.kill(sid, signal.SIGKILL)
-        launcher.communicate(timeout=60)
-        left = _wait_gone(sid, 15)
-        deadline = time.monotonic() + 10
-        while _temp_left(tmp) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        left = _sigkill_and_wait(launcher, tmp)
     finally:
         _kill_session(sid)
     assert not left, describe(left)
@@ -528,12 +534,7 @@ def test_sigkill_with_a_frozen_rank_ends_every_process_the_ranks_started(tmp_pat
         frozen = max(ranks, key=lambda p: p.pid)
         frozen.suspend()
         assert any(p.name() == "sleep" for p in _session(sid)), describe(_session(sid))
-        os.kill(sid, signal.SIGKILL)
-        launcher.communicate(timeout=60)
-        left = _wait_gone(sid, 15)
-        deadline = time.monotonic() + 10
-        while _temp_left(tmp) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        left = _sigkill_and_wait(launcher, tmp)
     finally:
         _kill_session(sid)
     assert not left, describe(left)
