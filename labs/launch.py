@@ -54,7 +54,7 @@ from .errors import (
 from .hangwatch import HangWatch, store_timeout
 from .kernel_exit import stop_helpers_at_kernel_shutdown
 from .rank_exit import end_group, end_with_parent, lead_own_group, leave_fork_server, use_temp_dir
-from .registry import get_lab, lesson_modules
+from .registry import Lab, get_lab, lesson_modules
 from .result import LabResult
 from .stacks import STOPPED, describe_faulthandler, stopped
 from .torchrun import VARIABLES as TORCHRUN_VARIABLES
@@ -169,10 +169,20 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     temp_dir = tempfile.mkdtemp(prefix=f"labs-rank{rank}-")
     end_with_parent(os.getppid(), [temp_dir])  # torchrun의 에이전트가 죽으면(SIGKILL, OOM) 이 랭크도 끝난다
     use_temp_dir(temp_dir)
-    _join_attempt(resolved, rank, world_size, timeout)
+    try:
+        gathered = _run_in_group(lab, rank, world_size, local_rank, resolved, timeout, params)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)  # also when joining the group failed
+    return lab.finish(gathered, resolved, params) if gathered is not None else None
+
+
+def _run_in_group(lab: Lab, rank: int, world_size: int, local_rank: int, backend: str, timeout: float,
+                  params: dict) -> list[Any] | None:
+    """Join torchrun's group, run the lab's rank function, gather the records on rank 0 (None elsewhere)."""
+    _join_attempt(backend, rank, world_size, timeout)
     watch = HangWatch(lab.name, rank, world_size, timeout)
     try:
-        ctx = RankContext(rank, world_size, local_rank, resolved, device_for(resolved, local_rank))
+        ctx = RankContext(rank, world_size, local_rank, backend, device_for(backend, local_rank))
         record = lab.run_rank(ctx, params)
         watch.finished()
         gathered: list[Any] | None = [None] * world_size if rank == 0 else None
@@ -186,8 +196,7 @@ def run_in_place(lab_name: str, backend: str = "auto", timeout: float = DEFAULT_
     finally:
         watch.stop()
         dist.destroy_process_group()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-    return lab.finish(gathered, resolved, params) if gathered is not None else None
+    return gathered
 
 
 def _short_socket_folder() -> None:
@@ -287,10 +296,11 @@ def spawn_ranks(lab_name: str, nproc: int, backend: str, params: dict, timeout: 
     # the fork server's socket folder, the ranks' and the callers' folders: a rank removes them if we are killed
     leftovers = [mp.util.get_temp_dir(), temp_dir, *_REMOVED_IF_KILLED]
     args = (nproc, backend, store.port, params, timeout, os.getpid(), leftovers, temp_dir)
-    ranks = [_Rank(ctx, lab_name, rank, args) for rank in range(nproc)]
+    ranks: list[_Rank] = []
     ok = False
     with _stop_signals_raise() as stopping:
         try:
+            ranks.extend(_Rank(ctx, lab_name, rank, args) for rank in range(nproc))  # pipes may fail (ulimit -n)
             with _main_without_missing_file():
                 for r in ranks:
                     r.start()
