@@ -248,13 +248,14 @@ def desktop_report(browser, base_url: str, site: Path, rel: str, shots: Path) ->
 
 
 @contextlib.contextmanager
-def watched_page(browser, site_url: str, site_root: Path, required: tuple[str, ...]) -> Iterator[object]:
-    """A desktop tab on the built site that records console errors, page errors and any request off
+def watched_page(browser, site_url: str, site_root: Path, required: tuple[str, ...],
+                 viewport: dict | None = None) -> Iterator[object]:
+    """A tab (desktop unless ``viewport`` says otherwise) on the built site that records console errors, page errors and any request off
     this machine in ``page.problems`` (the browser tests of quizzes and predictions assert it stays
     empty); ``page.open(rel)`` loads a page of the site."""
     for rel in required:
         assert (site_root / rel).is_file(), f"빌드된 사이트에 {rel}가 없습니다 ({site_root}). 목차를 확인하세요."
-    context = browser.new_context(viewport=VIEWPORT, locale="ko-KR", service_workers="block")
+    context = browser.new_context(viewport=viewport or VIEWPORT, locale="ko-KR", service_workers="block")
     page = context.new_page()
     page.set_default_timeout(30_000)
     page.problems = []

@@ -223,7 +223,12 @@ def test_rendered_box_shows_question_and_hides_answer(mini_site):
 
 
 def test_broken_boxes_fail_the_build_in_korean(tmp_path):
-    bad = """```{prediction} ch1-good
+    bad = """:::{admonition} 이 장의 핵심
+:class: chapter-key awaits-ch1-nope
+**주장**: 없는 예측을 기다린다.
+:::
+
+```{prediction} ch1-good
 :question: 어느 것일까요?
 :choices: 가 | 나
 :answer: 2
@@ -269,6 +274,7 @@ def test_broken_boxes_fail_the_build_in_korean(tmp_path):
     assert "질문에 답이 들어 있습니다" in out
     assert "ch1-missing" in out and "glue" in out
     assert "'ch1-good'가" in out and "책 전체에서 하나뿐" in out
+    assert "'awaits-ch1-nope'" in out and "예측 상자가 없습니다" in out
 
 
 # ----------------------------------------------------------------------------- the built site in a browser
@@ -388,4 +394,42 @@ def test_measured_data_waits_for_the_guess_on_every_page(chromium, site_url, sit
         assert second.evaluate("b => b.__ddpAwaiting.length") == 0
         stored = page.evaluate(f"() => JSON.parse(localStorage.getItem({json.dumps(STORAGE_KEY)}) || '{{}}')")
         assert pid not in stored, "예측 없이 보기가 예측으로 저장되었습니다"
+        assert page.problems == [], page.problems
+
+
+# ----------------------------------------------------------------------------- key boxes that wait for a guess
+
+_AWAITS = re.compile(r"^:class:.*\bchapter-key\b.*\bawaits-(\S+)", re.M)
+KEY_WAITS = {stem: m.group(1) for stem in PREDICTIONS for c in _cells(stem)[:2] if c["cell_type"] == "markdown"
+             if (m := _AWAITS.search(_source(c)))}
+KEY_VISIBLE_JS = """() => [...document.querySelectorAll('.chapter-key p')].filter(p => p.checkVisibility())
+    .map(p => p.textContent.replace(/\\s+/g, ' ').trim())"""
+
+
+def test_a_waiting_key_box_names_a_box_of_its_own_chapter():
+    assert KEY_WAITS, "핵심 예측을 기다리는 '이 장의 핵심' 상자가 하나도 없습니다"
+    for stem, pid in KEY_WAITS.items():
+        assert pid in {p["id"] for p in PREDICTIONS[stem]}, f"{stem}: 상자가 기다리는 예측 {pid}가 이 장에 없습니다"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("width", [390, 800, 1280])
+def test_a_key_box_that_states_a_core_answer_opens_with_the_guess(chromium, site_url, site_root, width):
+    """The chapter-key box of a chapter whose core prediction it answers shows neither its 주장 nor its 측정 before
+    the guess: a line links to the prediction; a choice there opens the box."""
+    pages = tuple(f"book/{stem}.html" for stem in KEY_WAITS)
+    assert pages
+    with watched_page(chromium, site_url, site_root, pages, viewport={"width": width, "height": 900}) as page:
+        for stem, pid in KEY_WAITS.items():
+            page.open(f"book/{stem}.html")
+            shown = page.evaluate(KEY_VISIBLE_JS)
+            assert not [t for t in shown if t.startswith(("주장", "측정"))], f"{stem} @{width}px: 예측 전에 보이는 {shown}"
+            note = page.locator(".chapter-key .ddp-key-note")
+            assert note.is_visible() and note.locator("a").get_attribute("href") == f"#{pid}-q"
+            box = page.locator(f'.ddp-prediction[data-pid="{pid}"]')
+            box.locator(".ddp-prediction-choice").first.click()
+            opened = poll(lambda: page.evaluate(KEY_VISIBLE_JS), lambda t: any(x.startswith("주장") for x in t)
+                          and any(x.startswith("측정") for x in t))
+            assert any(x.startswith("측정") for x in opened), f"{stem} @{width}px: 예측한 뒤에도 닫힌 상자 {opened}"
+            assert page.locator(".chapter-key .ddp-key-note").count() == 0
         assert page.problems == [], page.problems

@@ -29,6 +29,11 @@ reload, and the intro page's ``{quiz-progress}`` table counts predictions made a
 from the ids this extension registers for every page (:func:`chapter_predictions`). Everything is in
 the page: no kernel, no network.
 
+A chapter's "이 장의 핵심" box that states what a core prediction asks carries the class ``awaits-<id>``
+(``:class: chapter-key awaits-ch3-grad-after-backward``): its **주장** and **측정** lines are folded too, in
+their place a link to the box and "예측 없이 보기", until the reader commits to that prediction. The build
+warns (and ``-W`` fails) when no box of the page has that id.
+
 In live Jupyter (the classic notebook renders markdown, not MyST directives) the reader sees the
 fenced block as code, in reading order: the id, the question, the choices, the answer's number, the
 measured line and the explanation last.
@@ -281,7 +286,37 @@ _SCRIPT = """
     });
     return found;
   }
+  // 장 첫머리의 "이 장의 핵심" 상자가 핵심 예측의 답을 말하면(:class: chapter-key awaits-<예측 id>), 그 주장과 측정 줄도
+  // 예측할 때까지 접어 두고 그 자리에 예측으로 가는 링크를 둔다
+  function keyParts(box) {
+    var found = [];
+    document.querySelectorAll(".chapter-key.awaits-" + box.getAttribute("data-pid")).forEach(function (key) {
+      key.querySelectorAll("p").forEach(function (p) {
+        var label = p.firstElementChild;
+        if (label && label.tagName === "STRONG" && /^(주장|측정)$/.test(label.textContent.trim())) found.push(p);
+      });
+    });
+    return found;
+  }
+  function peekButton(box) {
+    var peek = document.createElement("button");
+    peek.type = "button"; peek.className = "ddp-awaiting-peek"; peek.textContent = "예측 없이 보기";
+    peek.addEventListener("click", function () { release(box); });
+    return peek;
+  }
+  function holdKey(box) {
+    var parts = keyParts(box);
+    if (!parts.length) return;
+    parts.forEach(function (p) { p.classList.add("ddp-key-held"); });
+    var note = document.createElement("p"), go = document.createElement("a");
+    note.className = "ddp-awaiting-note ddp-key-note";
+    go.href = "#" + box.getAttribute("data-pid") + "-q"; go.textContent = "이 장의 예측";
+    note.append("이 장의 주장과 측정값은 ", go, "을 고르면 여기에도 열립니다. ", peekButton(box));
+    parts[0].parentNode.insertBefore(note, parts[0]);
+    box.__ddpKeyParts = parts; box.__ddpKeyNote = note;
+  }
   function hold(box) {
+    holdKey(box);
     var els = awaited(box);
     if (!els.length) return;
     box.__ddpAwaiting = els;
@@ -289,17 +324,16 @@ _SCRIPT = """
     var note = document.createElement("p");
     note.className = "ddp-awaiting-note";
     note.textContent = "위의 예측을 고르면 아래에 측정 결과가 나타납니다. ";
-    var peek = document.createElement("button");
-    peek.type = "button"; peek.className = "ddp-awaiting-peek"; peek.textContent = "예측 없이 보기";
-    peek.addEventListener("click", function () { release(box); });
-    note.appendChild(peek);
+    note.appendChild(peekButton(box));
     els[0].parentNode.insertBefore(note, els[0]);
     box.__ddpAwaitingNote = note;
   }
   function release(box) {
     (box.__ddpAwaiting || []).forEach(function (el) { el.classList.remove("ddp-awaiting"); });
-    box.__ddpAwaiting = [];
-    if (box.__ddpAwaitingNote) { box.__ddpAwaitingNote.remove(); box.__ddpAwaitingNote = null; }
+    (box.__ddpKeyParts || []).forEach(function (el) { el.classList.remove("ddp-key-held"); });
+    box.__ddpAwaiting = []; box.__ddpKeyParts = [];
+    [box.__ddpAwaitingNote, box.__ddpKeyNote].forEach(function (note) { if (note) note.remove(); });
+    box.__ddpAwaitingNote = box.__ddpKeyNote = null;
     window.dispatchEvent(new Event("resize"));  // plotly 그림은 보이게 된 뒤 크기를 다시 잡는다
   }
   function commitNumber(box) {
@@ -341,6 +375,7 @@ _SCRIPT = """
 
 _STYLE = """
 .ddp-awaiting { visibility: hidden; }
+.ddp-key-held { display: none; }
 .ddp-awaiting-note { margin: .5rem 0; padding: .4rem .7rem; border-left: 3px solid var(--pst-color-primary, #3465a4);
   background: var(--pst-color-surface, #f3f4f5); font-size: .95em; }
 .ddp-awaiting-peek { margin-left: .3rem; padding: .1rem .6rem; border: 1px solid currentColor; border-radius: .3rem;
@@ -370,6 +405,20 @@ def _check_unique(app: Sphinx, env) -> None:
             seen[pid] = docname
 
 
+AWAITS = "awaits-"  # "이 장의 핵심" 상자의 클래스: awaits-<예측 id>이면 그 예측까지 주장과 측정 줄을 접는다
+
+
+def _check_awaits(app: Sphinx, doctree) -> None:
+    """A key box that waits for a prediction must name one of its own page's boxes."""
+    docname = app.env.docname
+    ids = getattr(app.env, "prediction_ids", {}).get(docname, [])
+    for node in doctree.findall(nodes.Element):
+        for cls in node.get("classes", []):
+            if cls.startswith(AWAITS) and cls[len(AWAITS):] not in ids:
+                logger.warning(f"'{cls}': 이 페이지에 id가 '{cls[len(AWAITS):]}'인 예측 상자가 없습니다. "
+                               f"상자를 기다리게 하려면 같은 장의 예측 id를 쓰세요.", location=node)
+
+
 def _purge(app: Sphinx, env, docname: str) -> None:
     chapter_predictions(env).pop(docname, None)
 
@@ -388,6 +437,7 @@ def setup(app: Sphinx) -> dict:
                                 (prediction_answer, (_visit_answer, _depart_answer))):
         app.add_node(node, html=html_visitors, latex=other, text=other, man=other, texinfo=other)
     app.add_directive("prediction", PredictionDirective)
+    app.connect("doctree-read", _check_awaits)
     app.connect("doctree-resolved", _add_script)
     app.connect("env-check-consistency", _check_unique)
     app.connect("env-purge-doc", _purge)
