@@ -32,10 +32,38 @@
     quiz.querySelector(".ddp-quiz-score").textContent =
       "문제 " + qs.length + "개 중 " + done + "개 답함 · 첫 답이 정답 " + right + "개";
   }
+  // 좁은 화면에서는 문제를 PAGE개씩 보여 준다(긴 퀴즈 하나가 휴대폰 화면 여러 장을 차지하지 않게). 넓은 화면은 그대로 전부.
+  var PAGE = 4;
+  function showPage(quiz, first) {
+    var qs = quiz.querySelectorAll(".ddp-quiz-q"), n = qs.length;
+    first = Math.max(0, Math.min(first, Math.floor((n - 1) / PAGE) * PAGE));
+    qs.forEach(function (q, i) { q.classList.toggle("ddp-quiz-off", i < first || i >= first + PAGE); });
+    var nav = quiz.querySelector(".ddp-quiz-nav");
+    nav.setAttribute("data-first", first);
+    nav.querySelector(".ddp-quiz-where").textContent = "문제 " + (first + 1) + "–" + Math.min(first + PAGE, n) + " / " + n;
+    nav.querySelector(".ddp-quiz-prev").disabled = first === 0;
+    nav.querySelector(".ddp-quiz-next").disabled = first + PAGE >= n;
+  }
+  function addPages(quiz) {
+    if (quiz.querySelectorAll(".ddp-quiz-q").length <= PAGE) return;
+    var nav = document.createElement("div");
+    nav.className = "ddp-quiz-nav";
+    nav.innerHTML = '<button type="button" class="ddp-quiz-prev">◀ 앞 문제</button><span class="ddp-quiz-where"></span>' +
+      '<button type="button" class="ddp-quiz-next">다음 문제 ▶</button>';
+    quiz.appendChild(nav);
+    nav.addEventListener("click", function (ev) {
+      var b = ev.target.closest("button"), first = Number(nav.getAttribute("data-first"));
+      if (!b) return;
+      showPage(quiz, first + (b.classList.contains("ddp-quiz-next") ? PAGE : -PAGE));
+      quiz.scrollIntoView({ block: "start" });
+    });
+    showPage(quiz, 0);
+  }
   function restore() {
     var p = load();
     document.querySelectorAll(".ddp-quiz:not([data-ready])").forEach(function (quiz) {
       quiz.setAttribute("data-ready", "1");
+      addPages(quiz);
       quiz.querySelectorAll(".ddp-quiz-q").forEach(function (q) {
         var s = p[q.getAttribute("data-qid")];
         var b = s && q.querySelector('.ddp-quiz-choice[data-choice="' + Number(s.choice) + '"]');

@@ -114,11 +114,11 @@ def toc_files() -> list[str]:
 
 
 def glossary_terms() -> set[str]:
-    """The terms defined in the ``{glossary}`` block of ``book/glossary.md``."""
+    """The terms defined in the ``{glossary}`` blocks of ``book/glossary.md`` (one block per initial)."""
     text = (BOOK / "glossary.md").read_text(encoding="utf-8")
-    block = re.search(r"```\{glossary\}\n(.*?)\n```", text, re.S)
-    assert block, "book/glossary.md에 {glossary} 블록이 없습니다."
-    return {line.strip() for line in block.group(1).splitlines()
+    blocks = re.findall(r"```\{glossary\}\n(.*?)\n```", text, re.S)
+    assert blocks, "book/glossary.md에 {glossary} 블록이 없습니다."
+    return {line.strip() for block in blocks for line in block.splitlines()
             if line.strip() and not line.startswith((" ", "\t", ":"))}
 
 

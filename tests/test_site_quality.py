@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from site_server import full_page_screenshot, pages_to_check, require_site, screenshot_dir  # noqa: E402
 
 PHONE = {"width": 390, "height": 844}
-TALLEST_TABLE_PX = 2_500  # 휴대폰에서 표 하나가 세 화면을 넘지 않는다
+TALLEST_TABLE_PX = 1_500  # 휴대폰에서 표 하나가 두 화면을 넘지 않는다
+TALLEST_BLOCK_PX = 2_500  # 표가 아닌 덩어리(퀴즈, 용어 목록, 셀 출력)도 세 화면을 넘지 않는다
 DESKTOP = {"width": 1280, "height": 900}
 CHAPTER = re.compile(r"book/\d\d[a-z]?_[a-z_]+\.html$")
 PAGES = pages_to_check()
@@ -71,11 +72,16 @@ READER_VIEW_JS = """() => {
   const assertCells = [...document.querySelectorAll('.bd-article .cell_input pre')]
       .filter(el => shown(el) && /assert_ok\\(|\\bassert\\s/.test(el.textContent)).length;
   document.querySelectorAll('.bd-article details').forEach(d => d.open = true);
+  document.querySelectorAll('.ddp-awaiting').forEach(e => e.classList.remove('ddp-awaiting'));
   const tables = [...document.querySelectorAll('.bd-article table')].map(t => {
-      const c = t.querySelector('caption');
-      return {height: Math.round(t.getBoundingClientRect().height), caption: c ? c.textContent.slice(0, 60) : ''};
+      const c = t.querySelector('caption'), box = t.closest('.pst-scrollable-table-container') || t;
+      return {height: Math.round(t.getBoundingClientRect().height), caption: c ? c.textContent.slice(0, 60) : '',
+              scrolls: box.scrollWidth > box.clientWidth + 2};
   });
-  return {checkTables, assertCells, tables};
+  const blocks = [...document.querySelectorAll('.bd-article section > :not(section), .bd-article .cell_output > *')]
+      .filter(el => !el.querySelector('section'))
+      .map(el => ({height: Math.round(el.getBoundingClientRect().height), what: el.textContent.replace(/\\s+/g, ' ').slice(0, 60)}));
+  return {checkTables, assertCells, tables, blocks};
 }"""
 
 
@@ -108,7 +114,12 @@ def test_reader_sees_no_checks_on_load_and_every_table_fits(chromium, site_url, 
     if page_path.endswith("01_structure.html"):  # 표가 있는 장에서 측정이 비면 규칙이 아무것도 보지 못한 것
         assert any("확인 결과" in t["caption"] for t in view["tables"]), f"{page_path}: 확인 결과 표를 찾지 못했습니다"
     tall = tallest_tables(view["tables"])
-    assert not tall, f"{page_path}: {TALLEST_TABLE_PX}px보다 높은 표 {tall} (좁은 화면에서는 목록처럼 접히게 하세요)"
+    assert not tall, f"{page_path}: {TALLEST_TABLE_PX}px보다 높은 표 {tall} (좁은 화면에서는 요점이 아닌 열을 숨기세요)"
+    if phone:
+        scrolling = [t["caption"] for t in view["tables"] if t["scrolls"]]
+        assert not scrolling, f"{page_path}: 휴대폰에서 옆으로 스크롤해야 보이는 열이 있는 표 {scrolling}"
+        long_blocks = tallest_tables(view["blocks"], TALLEST_BLOCK_PX)
+        assert not long_blocks, f"{page_path}: 휴대폰에서 {TALLEST_BLOCK_PX}px보다 긴 덩어리 {long_blocks}"
 
 
 @pytest.mark.parametrize("page_path", CHAPTERS)

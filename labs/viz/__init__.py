@@ -140,11 +140,21 @@ def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
     display({"text/html": figure, "application/vnd.plotly.v1+json": json.loads(fig.to_json())}, raw=True)
 
 
-def html_table(headers: list[str], rows: list[list], caption: str):
-    """A small accessible HTML table (no pandas needed)."""
+def html_table(headers: list[str], rows: list[list], caption: str, wide_only: tuple[int, ...] = ()):
+    """A small accessible HTML table (no pandas needed).
+
+    ``wide_only``: indices of columns a phone does not show (``.wide-only``, hidden below 600 px by
+    _static/course.css), so the columns that carry the point fit the screen; the caption says so there."""
     from IPython.display import HTML
 
-    head = "".join(f'<th scope="col">{html.escape(str(h))}</th>' for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return HTML(f'<table class="lab-table"><caption>{html.escape(caption)}</caption>'
+    def cell(tag: str, i: int, value) -> str:
+        extra = ' class="wide-only"' if i in wide_only else ""
+        scope = ' scope="col"' if tag == "th" else ""
+        return f"<{tag}{scope}{extra}>{html.escape(str(value))}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>" for row in rows)
+    note = ('<span class="narrow-note"> (좁은 화면이라 ' + ", ".join(html.escape(headers[i]) for i in wide_only)
+            + " 열은 숨겼습니다)</span>") if wide_only else ""
+    return HTML(f'<table class="lab-table"><caption>{html.escape(caption)}{note}</caption>'
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")

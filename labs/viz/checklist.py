@@ -64,5 +64,5 @@ def course_summary_table(runs: dict):
     split = next(i for i, (chapter, *_) in enumerate(SUMMARY) if chapter.startswith("8장"))
     headers = ["장", "주장", "확인 항목 (실습, N)", "측정값"]
     caption = "코스 요약 ({}): 장마다의 핵심 주장과 이 페이지를 빌드할 때 측정한 값"
-    return HTML(html_table(headers, rows[:split], caption.format("1–7장")).data
-                + html_table(headers, rows[split:], caption.format("8–13장")).data)
+    return HTML(html_table(headers, rows[:split], caption.format("1–7장"), wide_only=(2,)).data
+                + html_table(headers, rows[split:], caption.format("8–13장"), wide_only=(2,)).data)

@@ -341,7 +341,7 @@ def race_table(runs: dict[int, LabResult]):
     return html_table(["N", "크기", "라이브러리 (μs)", "4장의 링 (μs)", "파이프라인 링 (μs)", "링 ÷ 라이브러리",
                        "파이프라인 ÷ 라이브러리", "느린 반복: 라이브러리 · 링 · 파이프라인"], rows,
                       caption="같은 크기에서 번갈아 잰 세 구현 (시간은 중앙값, 비율은 busbw의 비율 = 시간의 역비율의 "
-                              f"쌍별 중앙값과 범위, {_RUN_NOTE})")
+                              f"쌍별 중앙값과 범위, {_RUN_NOTE})", wide_only=(2, 3, 4, 7))
 
 
 def segment_table(runs: dict[int, LabResult]):

@@ -78,4 +78,5 @@ def gallery_table(result, bugs: dict, diagnosis, failed_checks):
         rows.append([name, bugs[name], cause or "(통과)", "○" if cause == bugs[name] else "×",
                      symptom[:140], ", ".join(sorted(failed_checks(result, name)))])
     return html_table(["버그", "잡아야 할 확인", "채점기의 진단", "일치", "측정된 증상", "실패한 확인 전체"], rows,
-                      caption=f"버그 갤러리를 실제 랭크 N={result.world_size} ({result.backend})에서 채점한 결과")
+                      caption=f"버그 갤러리를 실제 랭크 N={result.world_size} ({result.backend})에서 채점한 결과",
+                      wide_only=(1, 5))
