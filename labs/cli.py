@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{lab.name:<12} {where:>4} · 기본 N={lab.default_nproc}  {lab.description}")
             if args.params:
                 print("".join(f"    --param {line}\n" for line in describe(lab.params)), end="")
+                for name, case in lab.cases.items():  # 경우마다 그 경우만 읽는 인자
+                    print(f"    {lab.case_key}={name}일 때:")
+                    print("".join(f"      --param {line}\n" for line in describe(case.params)), end="")
         return EXIT_OK
     try:
         return COMMANDS[args.command](args)

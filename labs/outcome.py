@@ -5,10 +5,13 @@ rank's position), a rank raised (``error``: the exception's own message), or a r
 its exit code). :func:`observe` turns that into a dict of plain data, with what the ranks wrote to standard
 error (C++ libraries such as gloo write there just before they abort the process) and the
 ``TORCH_DISTRIBUTED_DEBUG`` level. The outcome is recorded and replayed like a lab run (:mod:`labs.replay`,
-under ``<lab>-outcome``), so the caller's checks run on it either way.
+under ``<lab>-outcome``), so the lab's checks run on it either way: :func:`outcome_results` hands it to the
+lab's ``summarize_outcome`` and returns the :class:`~labs.result.LabResult` the engine builds
+(:meth:`labs.registry.Lab.finish_outcome`), as :func:`labs.run` does for a run that returns records.
 
-Contract with the lab: it has a ``stderr_dir`` parameter (:class:`labs.params.Folder`), and its rank function
-calls :func:`stderr_to` with ``stderr_dir/rank<r>.txt`` when the folder is given.
+Contract with the lab: it has a ``stderr_dir`` parameter (:class:`labs.params.Folder`), its rank function
+calls :func:`stderr_to` with ``stderr_dir/rank<r>.txt`` when the folder is given, and it declares
+``summarize_outcome``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from . import replay
 from .context import resolve_backend
 from .errors import LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from .launch import removed_if_killed, run
+from .registry import get_lab
+from .result import LabResult
 
 KINDS = ("ok", "hang", "error", "crash")
 
@@ -74,7 +79,7 @@ def observe(lab: str, nproc: int, params: dict, timeout: float) -> dict:
     outcome: dict[str, Any]
     with tempfile.TemporaryDirectory(prefix=f"ddp-{lab}-stderr-") as stderr_dir, removed_if_killed(stderr_dir):
         try:
-            run(lab, nproc=nproc, timeout=timeout, stderr_dir=stderr_dir, **params)
+            run(lab, nproc=nproc, timeout=timeout, **{**params, "stderr_dir": stderr_dir})
         except LabTimeoutError as err:
             outcome = {"kind": "hang", "message": str(err), "where": dict(err.where)}
         except RankFailedError as err:
@@ -125,3 +130,17 @@ def _child_outcome(proc: subprocess.Popen, timeout: float) -> dict:
     outcome = json.loads(line[len("RESULT "):])
     outcome["where"] = {int(k): v for k, v in outcome.get("where", {}).items()}  # JSON의 키는 문자열
     return outcome
+
+
+def outcome_results(lab_name: str, nproc: int, params: dict, timeout: float,
+                    debug_levels: tuple[str | None, ...] | None = None) -> list[LabResult]:
+    """Run ``lab_name``, which must hang, raise or crash, and return its results: one run here (``debug_levels``
+    ``None``), or one fresh Python process per ``TORCH_DISTRIBUTED_DEBUG`` level (:func:`observe_isolated`).
+    ``params`` are checked before anything starts; each result's checks are the lab's ``summarize_outcome`` of
+    how that run ended, its data what the lab's summary says of it, and its parameters the resolved ones."""
+    lab = get_lab(lab_name)
+    params = lab.resolve_params(params, nproc)
+    backend = resolve_backend("auto", nproc)
+    outcomes = ([observe(lab.name, nproc, params, timeout)] if debug_levels is None
+                else observe_isolated(lab.name, nproc, params, timeout, debug_levels))
+    return [lab.finish_outcome(outcome, nproc, backend, params) for outcome in outcomes]

@@ -336,12 +336,13 @@ def seed(default: int = 0) -> Int:
     return Int(default, min=0, max=2**31 - 1, help="난수 시드")
 
 
-def resolve(lab: str, specs: dict[str, Spec], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Defaults merged with ``overrides`` (Python values), each checked against its spec."""
+def resolve(lab: str, specs: dict[str, Spec], overrides: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """Defaults merged with ``overrides`` (Python values), each checked against its spec. ``where`` names the
+    case of a lab made of cases (``trap=shape``) whose parameters ``specs`` are."""
     unknown = set(overrides) - set(specs)
     if unknown:
         raise LabConfigError(
-            f"실습 '{lab}'에 없는 인자입니다: {', '.join(sorted(unknown))}. "
+            f"실습 '{lab}'{f'의 {where}' if where else ''}에 없는 인자입니다: {', '.join(sorted(unknown))}. "
             f"쓸 수 있는 인자: {', '.join(sorted(specs)) or '(없음)'} (`python -m labs list --params`)"
         )
     values = {name: spec.default for name, spec in specs.items()}
@@ -350,8 +351,8 @@ def resolve(lab: str, specs: dict[str, Spec], overrides: dict[str, Any]) -> dict
     return values
 
 
-def parse_pairs(lab: str, specs: dict[str, Spec], pairs: list[str]) -> dict[str, Any]:
-    """Command-line ``KEY=VALUE`` strings converted by each key's spec."""
+def parse_pairs(lab: str, specs: dict[str, Spec], pairs: list[str], where: str = "") -> dict[str, Any]:
+    """Command-line ``KEY=VALUE`` strings converted by each key's spec (``where``: as in :func:`resolve`)."""
     parsed = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -359,7 +360,7 @@ def parse_pairs(lab: str, specs: dict[str, Spec], pairs: list[str]) -> dict[str,
         if not sep or not key:
             raise LabConfigError(f"--param은 KEY=VALUE 형식이어야 합니다. 받은 값: {pair!r}")
         if key not in specs:
-            resolve(lab, specs, {key: raw})  # raises the unknown-parameter error
+            resolve(lab, specs, {key: raw}, where)  # raises the unknown-parameter error
         parsed[key] = specs[key].parse(key, raw)
     return parsed
 

@@ -13,11 +13,23 @@ from typing import Any, Callable, get_origin, get_type_hints, is_typeddict
 
 from .context import RankContext
 from .errors import LabConfigError
-from .params import Folder, InputFile, Spec, parse_pairs, resolve
+from .params import Choice, Folder, InputFile, Spec, parse_pairs, resolve
 from .result import LabResult, Summary
 
 RankFn = Callable[..., Mapping[str, Any]]  # rank_fn(ctx, **params) -> XRecord (a TypedDict)
 Summarize = Callable[[list[Any], str, dict[str, Any]], Summary[Any]]  # summarize(list[XRecord], ...) -> Summary[XData]
+Validate = Callable[[dict, int], None]  # validate(params, world_size): raises LabConfigError (Korean)
+# summarize_outcome(outcome, backend, params) -> Summary[XData]: a run that must hang, raise or crash (labs/outcome.py)
+SummarizeOutcome = Callable[[dict[str, Any], str, dict[str, Any]], Summary[Any]]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case of a lab made of cases (chapter 10's ``traps``: ``trap=shape``): the parameters only that case
+    reads, and its rules between them and with the world size (``validate``)."""
+
+    params: dict[str, Spec]
+    validate: Validate | None = None
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,13 @@ class Lab:
     data: type | None = None  # a TypedDict: the keys of the summary's data
     default_nproc: int = 2
     # Rules between parameters or with the world size; raises LabConfigError (Korean).
-    validate: Callable[[dict, int], None] | None = None
+    validate: Validate | None = None
+    # A lab made of cases: ``params[case_key]`` is a Choice of the names of ``cases``, and a run takes the shared
+    # ``params`` and its own case's only (another case's parameter is refused like an unknown one).
+    case_key: str = ""
+    cases: Mapping[str, Case] = field(default_factory=dict)
+    # A lab some of whose runs must hang, raise or crash: their checks, from how the run ended (labs/outcome.py).
+    summarize_outcome: SummarizeOutcome | None = None
     chapter: int = 99  # the book chapter that teaches it (orders `python -m labs list`)
     # A lab with a command of its own (`python -m labs bench`): the module with its FULL parameters,
     # default_world_sizes(), report(result) and to_json(results). The CLI reaches it here, importing no lesson.
@@ -51,6 +69,13 @@ class Lab:
         for what, typed in (("record", self.record), ("data", self.data)):
             if typed is not None and not is_typeddict(typed):
                 raise TypeError(f"lab {self.name!r}: {what} must be a TypedDict, got {typed!r}")
+        if self.cases:
+            chooser = self.params.get(self.case_key)
+            if not (isinstance(chooser, Choice) and tuple(chooser.options) == tuple(self.cases)):
+                raise TypeError(f"lab {self.name!r}: params[{self.case_key!r}] must be a Choice of its cases")
+            shared = {name for case in self.cases.values() for name in case.params} & set(self.params)
+            if shared:
+                raise TypeError(f"lab {self.name!r}: case parameters also declared for every case: {sorted(shared)}")
 
     @property
     def record_keys(self) -> frozenset[str] | None:
@@ -82,42 +107,76 @@ class Lab:
         """The keys of the summary's data: the fields of ``data``."""
         return typed_keys(self.data)
 
+    def case_of(self, chosen: dict[str, Any]) -> tuple[Case | None, str]:
+        """The case ``chosen[case_key]`` picks (its default when absent) and ``"case_key=name"``; ``(None, "")``
+        for a lab without cases."""
+        if not self.cases:
+            return None, ""
+        spec = self.params[self.case_key]
+        assert isinstance(spec, Choice)  # __post_init__ made sure
+        name = spec.check(self.case_key, chosen.get(self.case_key, spec.default))
+        return self.cases[name], f"{self.case_key}={name}"
+
+    def specs(self, case: Case | None) -> dict[str, Spec]:
+        """The parameters a run of ``case`` takes: the shared ones and the case's own."""
+        return {**self.params, **case.params} if case else self.params
+
     def resolve_params(self, overrides: dict[str, Any], world_size: int) -> dict[str, Any]:
-        """Defaults merged with ``overrides``, each checked by its spec, then ``validate``d."""
-        values = resolve(self.name, self.params, overrides)
-        if self.validate:
-            self.validate(values, world_size)
+        """Defaults merged with ``overrides``, each checked by its spec, then ``validate``d (the case's rules first)."""
+        case, where = self.case_of(overrides)
+        values = resolve(self.name, self.specs(case), overrides, where)
+        for validate in (case.validate if case else None, self.validate):
+            if validate:
+                validate(values, world_size)
         return values
+
+    def _all_specs(self) -> dict[str, Spec]:
+        return {name: spec for specs in (self.params, *(c.params for c in self.cases.values()))
+                for name, spec in specs.items()}
 
     @property
     def folders(self) -> tuple[str, ...]:
         """The parameters that name a folder the ranks read and write (:class:`~labs.params.Folder`)."""
-        return tuple(name for name, spec in self.params.items() if isinstance(spec, Folder))
+        return tuple(name for name, spec in self._all_specs().items() if isinstance(spec, Folder))
 
     @property
     def input_files(self) -> tuple[str, ...]:
         """The parameters that name a file the ranks only read (:class:`~labs.params.InputFile`)."""
-        return tuple(name for name, spec in self.params.items() if isinstance(spec, InputFile))
+        return tuple(name for name, spec in self._all_specs().items() if isinstance(spec, InputFile))
 
     def parse_params(self, pairs: list[str]) -> dict[str, Any]:
-        """Command-line ``KEY=VALUE`` strings as typed values (not yet merged with the defaults)."""
-        return parse_pairs(self.name, self.params, pairs)
+        """Command-line ``KEY=VALUE`` strings as typed values (not yet merged with the defaults); a lab made of
+        cases reads its case's pair first, then the rest by that case's parameters."""
+        chooser = [pair for pair in pairs if self.cases and pair.partition("=")[0].strip() == self.case_key]
+        case, where = self.case_of(parse_pairs(self.name, self.params, chooser))
+        return parse_pairs(self.name, self.specs(case), pairs, where)
 
     def run_rank(self, ctx: RankContext, params: dict[str, Any]) -> Mapping[str, Any]:
         record = self.rank_fn(ctx, **params)
-        _check_keys(self.name, "랭크 기록", record, self.record_keys)
+        check_keys(self.name, "랭크 기록", record, self.record_keys)
         return record
 
     def finish(self, records: list[dict], backend: str, params: dict[str, Any]) -> LabResult:
         """The engine's end of a run: the lesson's summary wrapped with name, N, backend and ranks."""
-        summary = self.summarize(records, backend, params)
+        return self._result(self.summarize(records, backend, params), records, len(records), backend, params)
+
+    def finish_outcome(self, outcome: dict[str, Any], world_size: int, backend: str,
+                       params: dict[str, Any]) -> LabResult:
+        """The end of a run that must hang, raise or crash (:func:`labs.outcome.outcome_results`): no rank
+        records, and the lesson's ``summarize_outcome`` of how the run ended, wrapped like :meth:`finish`."""
+        if self.summarize_outcome is None:
+            raise TypeError(f"lab {self.name!r} declares no summarize_outcome")
+        return self._result(self.summarize_outcome(outcome, backend, params), [], world_size, backend, params)
+
+    def _result(self, summary: Summary, records: list[dict], world_size: int, backend: str,
+                params: dict[str, Any]) -> LabResult:
         if not isinstance(summary, Summary):
             raise TypeError(f"lab {self.name!r}: summarize must return a Summary, got {type(summary).__name__}")
-        _check_keys(self.name, "요약 데이터", summary.data, self.data_keys)
+        check_keys(self.name, "요약 데이터", summary.data, self.data_keys)
         names = [c.name for c in summary.checks]
         if len(set(names)) != len(names):
             raise TypeError(f"lab {self.name!r}: duplicate check names {sorted(n for n in names if names.count(n) > 1)}")
-        return LabResult(self.name, len(records), backend, records, dict(summary.data),
+        return LabResult(self.name, world_size, backend, records, dict(summary.data),
                          {c.name: c for c in summary.checks}, dict(params))
 
 
@@ -129,7 +188,8 @@ def typed_keys(typed: type | None) -> frozenset[str] | None:
     return frozenset(keys)
 
 
-def _check_keys(lab: str, what: str, record: Mapping[str, Any], declared: frozenset[str] | None) -> None:
+def check_keys(lab: str, what: str, record: Mapping[str, Any], declared: frozenset[str] | None) -> None:
+    """``record``'s keys are exactly ``declared`` (a TypedDict's :func:`typed_keys`; ``None``: not declared)."""
     if declared is None:
         return
     if not isinstance(record, dict):

@@ -12,7 +12,9 @@ from conftest import assert_only_these_fail
 
 import labs
 from labs.context import Described, RankContext
-from labs.registry import Lab
+from labs.errors import LabConfigError
+from labs.params import Choice, Int
+from labs.registry import Case, Lab
 from labs.result import (
     Summary,
     check_at_least,
@@ -144,3 +146,48 @@ def test_every_lab_declares_typeddict_record_and_data():
     undeclared = [name for name, lab in labs.all_labs().items()
                   if not (is_typeddict(lab.record) and is_typeddict(lab.data))]
     assert labs.all_labs() and not undeclared, f"labs without TypedDict record/data types: {undeclared}"
+
+
+def _cased(**kw) -> Lab:
+    """A toy lab made of two cases: ``a`` reads ``k``, ``b`` reads ``m`` (at most 3 when N=2)."""
+    def at_most_three(params, world_size):
+        if world_size == 2 and params["m"] > 3:
+            raise LabConfigError("m은 N=2에서 3 이하여야 합니다")
+
+    cases = {"a": Case({"k": Int(1, min=0, max=9)}), "b": Case({"m": Int(2, min=0, max=9)}, at_most_three)}
+    return _lab(lambda ranks, backend, params: Summary({}, []), params={"which": Choice("a", ("a", "b"))},
+                case_key="which", cases=cases, **kw)
+
+
+def test_a_lab_made_of_cases_takes_its_case_parameters_only():
+    lab = _cased()
+    assert lab.resolve_params({}, 2) == {"which": "a", "k": 1}
+    assert lab.resolve_params({"which": "b", "m": 3}, 2) == {"which": "b", "m": 3}
+    assert lab.parse_params(["m=4", "which=b"]) == {"m": 4, "which": "b"}
+    with pytest.raises(LabConfigError, match="실습 'toy'의 which=a에 없는 인자입니다: m. 쓸 수 있는 인자: k, which"):
+        lab.resolve_params({"m": 1}, 2)
+    with pytest.raises(LabConfigError, match="which=b에 없는 인자입니다: k"):
+        lab.parse_params(["k=1", "which=b"])
+    with pytest.raises(LabConfigError, match="3 이하"):  # 그 경우의 규칙
+        lab.resolve_params({"which": "b", "m": 4}, 2)
+    with pytest.raises(LabConfigError, match="인자 which"):
+        lab.resolve_params({"which": "c"}, 2)
+
+
+def test_cases_must_match_their_choice_and_not_repeat_a_shared_parameter():
+    with pytest.raises(TypeError, match="must be a Choice of its cases"):
+        _lab(lambda ranks, backend, params: Summary({}, []), params={"which": Choice("a", ("a",))},
+             case_key="which", cases={"a": Case({}), "b": Case({})})
+    with pytest.raises(TypeError, match="also declared for every case: \\['which'\\]"):
+        _lab(lambda ranks, backend, params: Summary({}, []), params={"which": Choice("a", ("a",))},
+             case_key="which", cases={"a": Case({"which": Int(1, min=0, max=1)})})
+
+
+def test_an_outcome_result_is_built_by_the_engine():
+    lab = _cased(data=ToyData, summarize_outcome=lambda outcome, backend, params: Summary(
+        {"total": 0}, [check_equal("outcome", outcome["kind"], "hang", "d")]))
+    result = lab.finish_outcome({"kind": "hang"}, 3, "gloo", {"which": "a", "k": 1})
+    assert (result.lab, result.world_size, result.ranks, result.data, result.ok) == ("toy", 3, [], {"total": 0}, True)
+    assert result.params == {"which": "a", "k": 1}
+    with pytest.raises(TypeError, match="declares no summarize_outcome"):
+        _cased().finish_outcome({"kind": "hang"}, 2, "gloo", {})

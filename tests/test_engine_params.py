@@ -73,12 +73,22 @@ def bad_python_values(spec) -> list:
     raise AssertionError(f"no bad values known for spec {spec!r}")
 
 
+def lab_params(lab) -> list[tuple[dict, str, object]]:
+    """Every parameter of ``lab`` as ``(case, name, spec)``: a lab made of cases (traps) has each case's own
+    parameters under that case (``case`` = ``{"trap": "shape"}``), the shared ones under ``{}``."""
+    found: list[tuple[dict, str, object]] = [({}, key, spec) for key, spec in lab.params.items()]
+    for name, case in lab.cases.items():
+        found += [({lab.case_key: name}, key, spec) for key, spec in case.params.items()]
+    return found
+
+
 def cases(make_values) -> list:
     found = []
     for lab in labs.all_labs().values():
-        for key, spec in lab.params.items():
+        for case, key, spec in lab_params(lab):
+            tag = "".join(f"[{name}]" for name in case.values())
             for value in make_values(spec):
-                found.append(pytest.param(lab.name, key, value, id=f"{lab.name}-{key}={value!r}"[:80]))
+                found.append(pytest.param(lab.name, case, key, value, id=f"{lab.name}{tag}-{key}={value!r}"[:80]))
     return found
 
 
@@ -87,13 +97,15 @@ PY_CASES = cases(bad_python_values)
 
 
 def test_the_walk_covers_every_lab_and_most_parameters():
-    walked = {(lab, key) for lab, key, _ in (c.values for c in CLI_CASES)}
-    declared = {(lab.name, key) for lab in labs.all_labs().values() for key in lab.params}
+    walked = {(lab, tuple(case.items()), key) for lab, case, key, _ in (c.values for c in CLI_CASES)}
+    declared = {(lab.name, tuple(case.items()), key) for lab in labs.all_labs().values() for case, key, _ in lab_params(lab)}
     assert walked, "no parameter was walked: the walk must never pass vacuously"
-    text_only = {(lab.name, key) for lab in labs.all_labs().values() for key, spec in lab.params.items()
-                 if isinstance(spec, Text) and spec.allow_empty}
+    text_only = {(lab.name, tuple(case.items()), key) for lab in labs.all_labs().values()
+                 for case, key, spec in lab_params(lab) if isinstance(spec, Text) and spec.allow_empty}
     assert declared - walked == text_only
-    assert {lab for lab, _ in walked} >= {name for name, lab in labs.all_labs().items() if lab.params}
+    assert {lab for lab, _, _ in walked} >= {name for name, lab in labs.all_labs().items() if lab.params}
+    assert {case["trap"] for lab, case, _, _ in (c.values for c in CLI_CASES) if lab == "traps" and case} == \
+        set(labs.get_lab("traps").cases)  # 함정마다 제 인자를 그 함정으로 걷는다
 
 
 @pytest.fixture
@@ -104,19 +116,20 @@ def no_spawn(monkeypatch):
     monkeypatch.setattr(labs.launch, "spawn_ranks", forbidden)
 
 
-@pytest.mark.parametrize("lab, key, value", CLI_CASES)
-def test_cli_rejects_bad_value_in_korean(no_spawn, capsys, lab, key, value):
-    code = main(["run", lab, "--nproc", "2", "--param", f"{key}={value}"])
+@pytest.mark.parametrize("lab, case, key, value", CLI_CASES)
+def test_cli_rejects_bad_value_in_korean(no_spawn, capsys, lab, case, key, value):
+    chosen = [arg for name, choice in case.items() for arg in ("--param", f"{name}={choice}")]
+    code = main(["run", lab, "--nproc", "2", *chosen, "--param", f"{key}={value}"])
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT, err
     assert has_hangul(err) and key in err, err
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("lab, key, value", PY_CASES)
-def test_python_api_rejects_bad_value_in_korean(no_spawn, lab, key, value):
+@pytest.mark.parametrize("lab, case, key, value", PY_CASES)
+def test_python_api_rejects_bad_value_in_korean(no_spawn, lab, case, key, value):
     with pytest.raises(LabConfigError) as info:
-        labs.run(lab, nproc=2, **{key: value})
+        labs.run(lab, nproc=2, **case, **{key: value})
     assert key in str(info.value) and has_hangul(str(info.value))
 
 
@@ -146,7 +159,7 @@ def test_specs_convert_command_line_text():
 
 
 def test_every_number_declares_its_range():
-    loose = [f"{lab.name}.{key}" for lab in labs.all_labs().values() for key, spec in lab.params.items()
+    loose = [f"{lab.name}.{key}" for lab in labs.all_labs().values() for _, key, spec in lab_params(lab)
              for s in ([spec.item] if isinstance(spec, ListOf) else [spec])
              if isinstance(s, (Int, Float)) and (s.min is None or s.max is None)]
     assert not loose, f"numeric parameters without a declared minimum and maximum: {loose}"
@@ -154,8 +167,8 @@ def test_every_number_declares_its_range():
 
 def test_every_default_satisfies_its_own_spec():
     for lab in labs.all_labs().values():
-        for key, spec in lab.params.items():
-            assert spec.check(key, spec.default) == spec.default, (lab.name, key)
+        for case, key, spec in lab_params(lab):
+            assert spec.check(key, spec.default) == spec.default, (lab.name, case, key)
 
 
 # ----------------------------------------------------------------------------- values inside the ranges
@@ -175,9 +188,6 @@ UNWALKED = {
     ("buckets", "depth", "max"): "64 layers timed per cap", ("miniddp", "width", "max"): "six 2048-wide models",
     ("miniddp", "repeats", "max"): "500 timed steps per variant", ("myths", "hidden", "max"): "FSDP of a 4096-wide model",
 }
-# Parameters that only one lab's variants read (traps: by trap); the others are walked under every trap.
-TRAP_PARAMS = {"micro_steps": ("no_sync",), "epochs": ("set_epoch", "lr_scaling"), "samples": ("set_epoch", "lr_scaling"),
-               "warmup_steps": ("lr_scaling",)}
 
 
 def in_range_values(spec) -> list[tuple[str, object]]:
@@ -253,8 +263,8 @@ def test_reported_in_range_values_pass_or_are_refused(lab_name, nproc, params):
 @pytest.mark.timeout(900)
 def test_values_inside_the_trap_ranges_pass_or_are_refused():
     """Every trap and variant that finishes (the hanging and failing bugs are chapter 10's outcomes, see
-    traps.EXPECTED), each numeric parameter it reads at its bounds and in between; the bugs that need a
-    second rank are refused at N=1."""
+    traps.EXPECTED), each numeric parameter it reads (its case's own) at its bounds and in between; the bugs
+    that need a second rank are refused at N=1."""
     from labs.lessons.traps import EXPECTED, TRAPS, VARIANTS
 
     lab = labs.get_lab("traps")
@@ -262,10 +272,9 @@ def test_values_inside_the_trap_ranges_pass_or_are_refused():
         if (trap, variant) in EXPECTED:
             assert outcome("traps", 1, {"trap": trap, "variant": variant}) == "refused"
             continue
-        cases = [{"trap": trap, "variant": variant, key: value} for key, spec in lab.params.items()
-                 if trap in TRAP_PARAMS.get(key, (trap,)) and not key.endswith("seed")
-                 for _, value in in_range_values(spec)]
-        walk("traps", cases)
+        cases = [{"trap": trap, "variant": variant, key: value} for key, spec in lab.cases[trap].params.items()
+                 if not key.endswith("seed") for _, value in in_range_values(spec)]
+        walk("traps", cases or [{"trap": trap, "variant": variant}])  # shape reads only its seed: its defaults
 
 
 def test_the_walk_covers_every_numeric_parameter():

@@ -8,14 +8,20 @@ or a killed rank is caught by ``observe()``; the assertions are on what PyTorch 
 from __future__ import annotations
 
 import copy
+import inspect
+from typing import TypedDict
 
 import pytest
 
 import labs
+import labs.launch
+from labs.cli import EXIT_BAD_INPUT, main
 from labs.ddp.traps import learning_rate_bug, learning_rate_fix
 from labs.errors import LabCheckFailed, LabConfigError
 from labs.lessons import traps
+from labs.lessons.traps import checkpointing, partial_collective, unused
 from labs.outcome import exception_message
+from labs.tools.primitives import max_abs_diff
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -67,7 +73,7 @@ def test_no_sync_bug_syncs_every_micro_step(no_sync_runs):
     assert bug.data["measured"]["all_reduce_per_micro_step"] == [1, 1, 1, 1]  # tiny_mlp: 버킷 하나
     assert fix.data["measured"]["all_reduce_per_micro_step"] == [0, 0, 0, 1]
     # 통신 횟수만 다르고 결과는 같다: 두 실행의 최종 파라미터가 같다 (독립된 두 실행의 비교)
-    assert traps.max_abs_diff(bug.ranks[0]["measured"]["params"], fix.ranks[0]["measured"]["params"]) < 1e-6
+    assert max_abs_diff(bug.ranks[0]["measured"]["params"], fix.ranks[0]["measured"]["params"]) < 1e-6
 
 
 def test_no_sync_checks_catch_the_other_variant(no_sync_runs):
@@ -83,7 +89,7 @@ def test_no_sync_checks_catch_the_other_variant(no_sync_runs):
 def test_unused_bug_raises_the_reducer_error_after_a_silent_first_step(unused_runs):
     bug = unused_runs["bug"]
     assert bug.ok, bug.report()
-    assert bug.data["measured"]["error"].startswith(traps.UNUSED_PHRASE)
+    assert bug.data["measured"]["error"].startswith(unused.PHRASE)
     assert "Parameter indices which did not receive grad for rank 0: 4 5" in bug.data["measured"]["error"]  # aux_head
     assert bug.data["measured"]["first_step_all_reduce"] == 0
 
@@ -187,13 +193,13 @@ def test_outcome_checks_fail_when_the_bug_stops_failing():
 def test_detail_reading_order_is_what_10_5_reads():
     # 10.5절의 읽는 법: 예외를 낸 랭크의 지문, 다른 랭크의 지문, 다른 점. 문장이 달라지면 확인이 실패한다
     fp = "Rank {} is running collective: CollectiveFingerPrint(SequenceNumber={}, OpType={})"
-    message = (f"{traps.MISMATCH_PHRASE}. {fp.format(1, 4, 'ALLREDUCE')}, but {fp.format(0, 0, 'GATHER')}."
-               f"{traps.DIFFER_PHRASE}: Sequence number: 4vs 0")
+    message = (f"{partial_collective.MISMATCH_PHRASE}. {fp.format(1, 4, 'ALLREDUCE')}, but {fp.format(0, 0, 'GATHER')}."
+               f"{partial_collective.DIFFER_PHRASE}: Sequence number: 4vs 0")
     read = lambda m, rank: traps.outcome_checks(  # noqa: E731
         "partial_collective", {"kind": "error", "message": m, "debug": "DETAIL", "rank": rank}, "gloo")[2]
     assert read(message, 1).ok
     assert not read(message, 0).ok  # 예외를 낸 랭크의 지문이 먼저가 아니다
-    assert not read(message.replace(traps.DIFFER_PHRASE, "x"), 1).ok  # 다른 점을 적은 줄이 없다
+    assert not read(message.replace(partial_collective.DIFFER_PHRASE, "x"), 1).ok  # 다른 점을 적은 줄이 없다
     assert not read(message.replace("Rank 0 is", "Rank 1 is"), 1).ok  # 상대 랭크의 지문이 없다
 
 
@@ -218,7 +224,7 @@ def checkpointing_runs():
 def test_reentrant_checkpointing_marks_a_shared_parameter_ready_twice(checkpointing_runs):
     bug = checkpointing_runs["bug"]
     assert bug.ok, bug.report()
-    assert bug.data["measured"]["error"].startswith(traps.READY_TWICE_PHRASE)
+    assert bug.data["measured"]["error"].startswith(checkpointing.PHRASE)
 
 
 def test_both_checkpointing_fixes_train_like_one_process(checkpointing_runs):
@@ -268,6 +274,72 @@ def test_seed(seed_runs):
 
 # ----------------------------------------------------------------------------- engine edges
 
+def test_each_trap_declares_only_the_parameters_its_rank_function_reads():
+    # 함정마다 모듈 하나: 그 랭크 함수가 받는 인자(키워드 전용)가 곧 그 함정의 인자다. 나머지(trap, variant, stderr_dir)는 모든 함정의 것
+    lab = traps.LAB
+    assert set(lab.params) == {"trap", "variant", "stderr_dir"} and lab.case_key == "trap"
+    assert list(lab.cases) == list(traps.TRAPS) == list(lab.params["trap"].options)
+    for name, module in traps.TRAPS.items():
+        reads = {p.name for p in inspect.signature(module.rank_fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
+        assert reads == set(module.PARAMS), name
+        assert lab.cases[name].params == module.PARAMS and lab.cases[name].validate is getattr(module, "validate", None)
+        assert set(module.RECORDS) == set(module.DATA) == set(traps.VARIANTS), name
+        assert hasattr(module, "outcome_checks") == hasattr(module, "BUG_OUTCOME") == ((name, "bug") in traps.EXPECTED)
+
+
+class Reads(dict):
+    """A parameter dict that notes which keys a summary read."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_each_summary_reads_only_its_trap_parameters(no_sync_runs, unused_runs, epoch_runs, seed_runs, lr_runs,
+                                                     checkpointing_runs):
+    for runs in (no_sync_runs, unused_runs, epoch_runs, seed_runs, lr_runs, checkpointing_runs):
+        for result in runs.values():
+            trap = result.params["trap"]
+            params = Reads(result.params)
+            summary = traps.trap_summary(trap, inner(result), result.params["variant"], params)
+            assert {c.name for c in summary.checks} == set(result.checks)
+            assert params.read <= set(traps.TRAPS[trap].PARAMS), (trap, params.read)
+
+
+@pytest.mark.parametrize("pairs, unknown", [(["trap=shape", "steps=3"], "steps"),
+                                            (["micro_steps=8", "trap=set_epoch"], "micro_steps"),
+                                            (["epochs=3"], "epochs")])  # trap을 주지 않으면 기본값 no_sync의 인자
+def test_a_parameter_another_trap_reads_is_refused_before_any_rank_starts(monkeypatch, capsys, pairs, unknown):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("bad input must be rejected before spawning any rank")
+
+    monkeypatch.setattr(labs.launch, "spawn_ranks", forbidden)
+    code = main(["run", "traps", "--nproc", "2", *[arg for pair in pairs for arg in ("--param", pair)]])
+    err = capsys.readouterr().err
+    trap = next((p.split("=")[1] for p in pairs if p.startswith("trap=")), "no_sync")
+    assert code == EXIT_BAD_INPUT and "Traceback" not in err, err
+    assert f"실습 'traps'의 trap={trap}에 없는 인자입니다: {unknown}." in err, err
+    assert "쓸 수 있는 인자:" in err and "stderr_dir" in err
+    with pytest.raises(LabConfigError, match=f"trap={trap}에 없는 인자입니다: {unknown}"):
+        labs.run("traps", nproc=2, **dict(p.split("=") for p in pairs))
+    assert traps.LAB.parse_params(["micro_steps=8", "trap=no_sync"]) == {"micro_steps": 8, "trap": "no_sync"}
+
+
+def test_a_trap_summary_with_undeclared_keys_fails_naming_the_trap(monkeypatch):
+    class Other(TypedDict):
+        something: int
+
+    ranks = [{"before": [0.0], "after": [0.0]}, {"before": [1.0], "after": [0.0]}]
+    assert traps.trap_summary("shape", ranks, "fix", {}).data == {}
+    monkeypatch.setitem(traps.TRAPS["shape"].DATA, "fix", Other)
+    with pytest.raises(TypeError, match="traps/shape.*missing \\['something'\\]"):
+        traps.trap_summary("shape", ranks, "fix", {})
+
+
 def test_bad_trap_name_is_refused_before_spawning():
     with pytest.raises(LabConfigError, match="trap"):
         labs.run("traps", nproc=2, trap="nope")
@@ -280,7 +352,9 @@ def test_exception_message_takes_the_exception_text():
 
 
 def test_a_failed_outcome_raises_on_assert_ok():
-    result = traps.outcome_result("shape", "bug", 2, {"kind": "ok"}, {"trap": "shape", "variant": "bug"})
+    params = traps.LAB.resolve_params({"trap": "shape", "variant": "bug"}, 2)
+    result = traps.LAB.finish_outcome({"kind": "ok"}, 2, "gloo", params)
+    assert (result.world_size, result.ranks, result.data["measured"]) == (2, [], {"kind": "ok"})
     with pytest.raises(LabCheckFailed):
         result.assert_ok()
 
@@ -297,6 +371,6 @@ def test_a_rank_inside_ddp_forward_is_reported_in_a_collective():
     stack = ('Thread 0x1 (most recent call first):\n'
              '  File "/v/torch/nn/parallel/distributed.py", line 2420 in _sync_buffers\n'
              '  File "/v/torch/nn/parallel/distributed.py", line 1790 in _pre_forward\n'
-             '  File "/w/labs/lessons/traps.py", line 49 in _loss\n')
+             '  File "/w/labs/lessons/traps/common.py", line 26 in loss_of\n')
     assert describe_faulthandler(stack).startswith("집합 통신에서")
     assert describe_faulthandler(stack.replace("nn/parallel/distributed.py", "nn/modules/linear.py")).startswith("집합 통신 밖")
