@@ -46,10 +46,12 @@ class ClassRecords:
 CheckFn = Callable[[ClassRecords], Check]
 
 
-def first_error(r: ClassRecords, probe_names: Mapping[str, str]) -> str | None:
-    """The first exception, probes in the order of ``probe_names``, with the rank."""
+def first_error(r: ClassRecords, probe_names: Mapping[str, str],
+                counts: Callable[[Record, str], bool] = lambda c, probe: True) -> str | None:
+    """The first exception (of those a rank's class record ``counts``), probes in the order of ``probe_names``,
+    with the rank."""
     return next((f"랭크 {rank}, {probe_names[probe]}: {c['errors'][probe]}" for probe in probe_names
-                 for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe)), None)
+                 for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe) and counts(c, probe)), None)
 
 
 @dataclass(frozen=True)
