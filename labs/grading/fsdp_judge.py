@@ -8,10 +8,8 @@ the weight freed after forward and never gathered again for backward (``regather
 from __future__ import annotations
 
 from ..result import Check, check_at_most, check_true
-from .verdicts import TOLERANCE, ClassRecords, Facts, Judge, Record, first_error, most_common, names, scale_cause, unmeasured
+from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, first_error, most_common, names, scale_cause, unmeasured
 
-CHECKS = ("runs_without_error", "same_collectives_on_ranks", "regathered_for_backward", "grads_averaged",
-          "grads_fp32", "params_sharded", "gathered_freed", "matches_single")
 PROBE_NAMES = {"train": "학습 반복에서", "grads": "한 스텝의 그래디언트를 재는 동안", "memory": "메모리를 재는 동안",
                "mixed": "compute_dtype=torch.bfloat16으로"}
 PROBE_OF = {"grads_averaged": "grads", "grads_fp32": "mixed", "params_sharded": "memory", "gathered_freed": "memory",
@@ -100,6 +98,7 @@ def matches_single(r: ClassRecords) -> Check:
 CHECK_FNS = {"regathered_for_backward": regathered_for_backward, "grads_averaged": grads_averaged,
              "grads_fp32": grads_fp32, "params_sharded": params_sharded, "gathered_freed": gathered_freed,
              "matches_single": matches_single}
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
 
 
 def calls_differ(r: ClassRecords) -> str | None:
@@ -120,5 +119,5 @@ def facts(r: ClassRecords) -> Facts:
             "calls": {"where": "첫 반복(순전파·역전파·finish)", **t[0]["runs"]["sgd"]["calls"][0]} if t else None}
 
 
-JUDGE = Judge(CHECKS, CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=calls_differ,
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=calls_differ,
               error=lambda r, probe_names: first_error(r, probe_names, lambda c, p: not freed_in_backward(c, p)))
