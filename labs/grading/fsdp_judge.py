@@ -16,7 +16,6 @@ PROBE_OF = {"grads_averaged": "grads", "grads_fp32": "mixed", "params_sharded": 
             "matches_single": "train"}
 FREED = "storage of size 0"   # 저장 공간을 0바이트로 돌려준 텐서를 읽을 때 torch가 내는 오류의 문구
 IMPLIED_RTOL = 1e-3  # 한 스텝의 변화 w0 − w1로 읽은 그래디언트: float32 가중치의 반올림만큼 흐려진다
-GRAD_CAUSE_NAMES = ("sum_not_average", "divided_twice", "not_reduced", "wrong")
 
 
 def freed_in_backward(cls: Record, probe: str) -> bool:
