@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import clean_env
 
 from labs import replay
@@ -24,8 +25,12 @@ from labs.ddp import fsdp_bugs, zero_bugs
 from labs.ddp.buckets import group_before_cap, group_by_size
 from labs.errors import LabTimeoutError, RankCrashedError
 from labs.grading import fsdp_judge, zero_judge
+from labs.grading.hints import HINTS_OF
 from labs.grading.judge import layout_problem
+from labs.grading.reach import held_bytes
 from labs.grading.source import class_error, node_shape, shape_error
+from labs.grading.summary import JUDGES
+from labs.grading.verdicts import LEADING
 from labs.lessons import fsdp as fsdp_lab
 from labs.lessons import zero as zero_lab
 from labs.viz import fsdp as fsdp_viz
@@ -137,3 +142,23 @@ def test_the_source_quotes_no_gallery_names_by_hand():
     for module in (zero_lab, fsdp_lab, zero_viz, fsdp_viz):
         text = Path(str(module.__file__)).read_text(encoding="utf-8")
         assert not any(cls.__name__ in text for cls in [*zero_bugs.BUGS, *fsdp_bugs.BUGS]), module.__name__
+
+
+def test_one_storage_accounting_counts_each_storage_once_and_leaves_the_parameters_out():
+    """ZeRO's optimizer state and FSDP's gathered weights are measured by the same walk (labs/grading/reach.py)."""
+    p = torch.nn.Parameter(torch.zeros(4))
+    p.grad = torch.zeros(4)
+    moment = torch.zeros(8)
+    state = {p: {"moment": moment, "view": moment[:2], "alias": p.detach(), "nested": [torch.zeros(2)], "step": 3}}
+    assert held_bytes([state], [p, p.grad]) == 8 * 4 + 2 * 4  # 뷰는 한 번, 파라미터와 같은 저장소는 빼고, 안쪽 목록도
+    assert held_bytes([state]) == 8 * 4 + 2 * 4 + 4 * 4
+
+
+@pytest.mark.parametrize("kind", list(JUDGES))
+def test_each_judge_lists_its_checks_once(kind):
+    """The order of diagnosis is the table of check functions after the two leading checks; every check the
+    table names has the report's words, and every probe a check reads is a check of the table."""
+    judge = JUDGES[kind]
+    assert judge.checks == (*LEADING, *judge.check_fns)
+    assert set(HINTS_OF[kind]) == set(judge.checks)
+    assert set(judge.probe_of) | set(judge.needs_two_ranks) <= set(judge.check_fns)

@@ -1,5 +1,6 @@
 """The grader's layers: ``import labs`` loads no lesson, and the package root, the grader, the CLI and the
-``grade`` lab import each other without a cycle (no function-level import of a labs module hides one)."""
+``grade`` lab import each other without a cycle (no function-level import of a labs module hides one);
+the grader's parent side reaches no rank-side module through any chain of imports."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ LABS = Path(__file__).resolve().parents[1] / "labs"
 # 순환이 없어야 하는 모듈: 패키지 뿌리(labs/__init__.py), CLI, grade 실습, 채점기 패키지 전체
 CHECKED = ("labs", "labs.cli", "labs.lessons.grade")
 CHECKED_PACKAGES = ("labs.grading",)
+# 채점기의 랭크 쪽(읽는 사람의 코드와 같은 프로세스에서 재는 모듈)과 부모 쪽(판정·보고서·실행)
+RANK_SIDE = {"labs.grading.rank", "labs.grading.probes", "labs.grading.zero_probes", "labs.grading.fsdp_probes",
+             "labs.grading.reach"}
+PARENT_SIDE = ("labs.grading", "labs.grading.source", "labs.grading.config", "labs.grading.verdicts",
+               "labs.grading.judge", "labs.grading.zero_judge", "labs.grading.fsdp_judge", "labs.grading.summary",
+               "labs.grading.hints", "labs.grading.report", "labs.grading.runner")
 
 
 def module_name(path: Path) -> str:
@@ -69,6 +76,41 @@ def cycles() -> list[list[str]]:
                     seen.add(nxt)
                     stack.append((nxt, path + [nxt]))
     return found
+
+
+def reached(start: str) -> dict[str, str]:
+    """Every labs module ``start`` imports, directly or through others (any import, at any depth of a file),
+    with the module that imports it."""
+    found: dict[str, str] = {}
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        for nxt, _ in imports(node):
+            if nxt not in found and nxt != start:
+                found[nxt] = node
+                stack.append(nxt)
+    return found
+
+
+def test_every_grader_module_is_on_one_side():
+    assert {n for n in MODULES if n.startswith("labs.grading")} == RANK_SIDE | set(PARENT_SIDE)
+
+
+@pytest.mark.parametrize("name", PARENT_SIDE)
+def test_the_parent_side_imports_no_rank_side_module(name):
+    """The judges, the report and the runner never import what measures inside a rank, not even through
+    another module: the parent's verdicts cannot depend on code that runs next to the reader's."""
+    found = reached(name)
+    assert sorted(RANK_SIDE & set(found)) == [], {m: found[m] for m in RANK_SIDE & set(found)}
+
+
+def test_the_side_check_sees_a_rank_side_import(monkeypatch, tmp_path):
+    """The check can fail: a judge that imports the probes, even inside a function, is reported."""
+    fake = tmp_path / "verdicts.py"
+    fake.write_text(MODULES["labs.grading.verdicts"].read_text(encoding="utf-8")
+                    + "\n\ndef _late():\n    from . import probes\n", encoding="utf-8")
+    monkeypatch.setitem(MODULES, "labs.grading.verdicts", fake)
+    assert "labs.grading.probes" in reached("labs.grading.summary")
 
 
 def test_importing_labs_loads_no_lesson():

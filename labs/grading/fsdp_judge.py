@@ -7,30 +7,19 @@ the weight freed after forward and never gathered again for backward (``regather
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..result import Check, check_at_most, check_true
-from .verdicts import TOLERANCE, ClassRecords, Facts, Judge, Record, most_common, names, scale_cause, unmeasured
+from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, first_error, most_common, names, scale_cause, unmeasured
 
-CHECKS = ("runs_without_error", "same_collectives_on_ranks", "regathered_for_backward", "grads_averaged",
-          "grads_fp32", "params_sharded", "gathered_freed", "matches_single")
 PROBE_NAMES = {"train": "학습 반복에서", "grads": "한 스텝의 그래디언트를 재는 동안", "memory": "메모리를 재는 동안",
                "mixed": "compute_dtype=torch.bfloat16으로"}
 PROBE_OF = {"grads_averaged": "grads", "grads_fp32": "mixed", "params_sharded": "memory", "gathered_freed": "memory",
             "matches_single": "train"}
 FREED = "storage of size 0"   # 저장 공간을 0바이트로 돌려준 텐서를 읽을 때 torch가 내는 오류의 문구
 IMPLIED_RTOL = 1e-3  # 한 스텝의 변화 w0 − w1로 읽은 그래디언트: float32 가중치의 반올림만큼 흐려진다
-GRAD_CAUSE_NAMES = ("sum_not_average", "divided_twice", "not_reduced", "wrong")
 
 
 def freed_in_backward(cls: Record, probe: str) -> bool:
     return cls["phases"].get(probe) == "backward" and FREED in cls["errors"].get(probe, "")
-
-
-def errors(r: ClassRecords, probe_names: Mapping[str, str], freed: bool) -> str | None:
-    """The first exception that is (``freed``) or is not a read of a freed weight during backward."""
-    return next((f"랭크 {rank}, {probe_names[p]}: {c['errors'][p]}" for p in probe_names
-                 for rank, c in enumerate(r.on_ranks) if p in c["errors"] and freed_in_backward(c, p) == freed), None)
 
 
 def grad_cause(g: Record, n: int) -> str:
@@ -52,7 +41,7 @@ def first_bad_grads(grads: list[Record], n: int) -> Record | None:
 
 
 def regathered_for_backward(r: ClassRecords) -> Check:
-    freed = errors(r, PROBE_NAMES, freed=True)
+    freed = first_error(r, PROBE_NAMES, freed_in_backward)
     if freed is None and (r.mismatch or (r.probes["train"] is None and r.probes["memory"] is None)):
         return unmeasured("regathered_for_backward", PROBE_NAMES["train"], r.mismatch)
     return check_true("regathered_for_backward", freed is None, freed or "역전파가 모은 가중치를 읽음",
@@ -108,6 +97,7 @@ def matches_single(r: ClassRecords) -> Check:
 CHECK_FNS = {"regathered_for_backward": regathered_for_backward, "grads_averaged": grads_averaged,
              "grads_fp32": grads_fp32, "params_sharded": params_sharded, "gathered_freed": gathered_freed,
              "matches_single": matches_single}
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
 
 
 def calls_differ(r: ClassRecords) -> str | None:
@@ -128,5 +118,5 @@ def facts(r: ClassRecords) -> Facts:
             "calls": {"where": "첫 반복(순전파·역전파·finish)", **t[0]["runs"]["sgd"]["calls"][0]} if t else None}
 
 
-JUDGE = Judge(CHECKS, CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, error=lambda r, probe_names: errors(r, probe_names, freed=False),
-              mismatch=calls_differ)
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=calls_differ,
+              error=lambda r, probe_names: first_error(r, probe_names, lambda c, p: not freed_in_backward(c, p)))

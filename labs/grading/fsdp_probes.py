@@ -36,7 +36,7 @@ from ..tools.models import mse_backward, rank_batch, storage_bytes
 from ..tools.primitives import max_abs_diff
 from .config import OPTIMIZER_ARGS, ProbeConfig
 from .probes import Graded, ProbeFn, Record, compare_grad, finish, float_calls, oracle_grads, start
-from .reach import reachable
+from .reach import held_bytes
 
 PROBES = ("train", "grads", "memory", "mixed")
 IMPLIED_LR = 1.0  # grads: w0 − w1이 곧 그래디언트가 되는 학습률
@@ -125,14 +125,6 @@ def probe_grads(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
                       for i, k in enumerate(names)]}
 
 
-def alive_bytes(roots: list[object], exclude: list[torch.Tensor | None]) -> int:
-    """Bytes of the distinct storages of every tensor reachable from ``roots``, those of ``exclude``
-    (parameters and their gradients) left out."""
-    skip = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
-    return storage_bytes(t for t in reachable(*roots) if torch.is_tensor(t)
-                         and t.untyped_storage().data_ptr() not in skip)
-
-
 def _own(model: nn.Module) -> list[torch.Tensor | None]:
     return [t for p in model.parameters() for t in (p, p.grad)]
 
@@ -146,11 +138,11 @@ def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
     shards = {id(w) for w in weights}
     single = copy.deepcopy(init)
     single_loss = nn.functional.mse_loss(single(x), y)  # 감싸지 않은 같은 모델, 같은 배치: 활성값만 살아 있다
-    baseline = alive_bytes([single, single_loss.grad_fn], _own(single))
+    baseline = held_bytes([single, single_loss.grad_fn], _own(single))
     wrapped = cls(copy.deepcopy(init))
     with phase("forward"):
         loss = nn.functional.mse_loss(wrapped(x), y)
-    after_forward = alive_bytes([wrapped, loss.grad_fn], _own(wrapped))
+    after_forward = held_bytes([wrapped, loss.grad_fn], _own(wrapped))
     with phase("backward"):
         loss.backward()
     with phase("finish"):
@@ -160,7 +152,7 @@ def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
             "weight_bytes": [w.numel() * w.element_size() for w in weights],
             "other_bytes": sum(p.numel() * p.element_size() for p in init.parameters() if id(p) not in shards),
             "after_forward": after_forward - baseline,
-            "after_backward": alive_bytes([wrapped], _own(wrapped))}
+            "after_backward": held_bytes([wrapped], _own(wrapped))}
 
 
 def probe_mixed(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:

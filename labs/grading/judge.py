@@ -15,13 +15,10 @@ from collections.abc import Callable
 from ..ddp.buckets import MIB, group_before_cap, group_by_size
 from ..result import Check, check_at_most, check_close, check_equal, check_true, not_applicable
 from .config import OPTIMIZER_ARGS
-from .verdicts import TOLERANCE, ClassRecords, Facts, Judge, Record, most_common, names, scale_cause
+from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, most_common, names, scale_cause
 
 GRAD_RTOL = 1e-4   # 그래디언트 비교: 기준 그래디언트의 가장 큰 성분에 대한 상대 오차
 
-CHECKS = ("runs_without_error", "same_collectives_on_ranks", "broadcast_at_construction", "buffers_broadcast",
-          "handles_waited", "collectives_per_iteration", "grads_averaged", "reduced_during_backward",
-          "launch_order", "frozen_untouched", "tied_reduced_once", "matches_oracles")
 PROBE_OF = {"broadcast_at_construction": "broadcast", "buffers_broadcast": "broadcast", "handles_waited": "train",
             "grads_averaged": "train", "reduced_during_backward": "train", "collectives_per_iteration": "train",
             "launch_order": "train", "matches_oracles": "train", "frozen_untouched": "frozen",
@@ -273,6 +270,7 @@ CHECK_FNS = {"broadcast_at_construction": broadcast_at_construction, "buffers_br
              "grads_averaged": grads_averaged, "reduced_during_backward": reduced_during_backward,
              "launch_order": launch_order, "frozen_untouched": frozen_untouched, "tied_reduced_once": tied_reduced_once,
              "matches_oracles": matches_oracles}
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
 
 
 def causes(r: ClassRecords) -> dict[str, Record]:
@@ -298,4 +296,4 @@ def facts(r: ClassRecords) -> Facts:
             "tied_value_diff": max(rank["value_diff"] for rank in tied) if tied else None}
 
 
-JUDGE = Judge(CHECKS, CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=call_sizes_differ)
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=call_sizes_differ)

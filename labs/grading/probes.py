@@ -45,7 +45,7 @@ from torch import nn
 
 from ..context import RankContext
 from ..tools.comms import CollectiveCounter, carried_bytes, mark
-from ..tools.models import layer_stack, mse_backward, rank_batch, wrap_ddp
+from ..tools.models import bn_mlp, layer_stack, mse_backward, rank_batch, wrap_ddp
 from ..tools.primitives import max_abs_diff
 from .config import LR, OPTIMIZER_ARGS, ProbeConfig
 
@@ -94,11 +94,6 @@ class TiedPair(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.b(torch.relu(self.a(x)))
-
-
-def buffered_model(width: int) -> nn.Sequential:
-    """A model with buffers (BatchNorm's running statistics) next to its parameters."""
-    return nn.Sequential(nn.Linear(width, width), nn.BatchNorm1d(width), nn.ReLU(), nn.Linear(width, width))
 
 
 # --- 측정 ----------------------------------------------------------------------------------------------
@@ -265,7 +260,7 @@ def _iteration_calls(counter: CollectiveCounter) -> Record:
 
 def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     torch.manual_seed(cfg.seed + 1 + ctx.rank)  # 랭크마다 다른 초기값
-    model = buffered_model(cfg.width).to(ctx.device)
+    model = bn_mlp(cfg.width, cfg.width, cfg.width).to(ctx.device)  # 버퍼(BatchNorm의 running 통계)가 있는 모델
     with torch.no_grad():  # 랭크마다 다른 데이터로 한 번: BatchNorm의 running 통계가 랭크마다 다르다
         model(torch.randn(8, cfg.width, device=ctx.device) + ctx.rank)
     for name, buf in model.named_buffers():

@@ -9,10 +9,12 @@ memory held, not where the reader chose to put it.
 from __future__ import annotations
 
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import CellType
 
 import torch
+
+from ..tools.models import storage_bytes
 
 MAX_DEPTH = 12        # 래퍼 → 모듈 → 층 → _parameters → 텐서처럼 내려가는 깊이
 MAX_OBJECTS = 200_000  # 한 번의 걷기에서 볼 객체 수의 상한 (채점이 느려지지 않게)
@@ -71,3 +73,10 @@ def reachable(*roots: object) -> Iterator[object]:
                 continue
             nxt += _children(obj)
         frontier = nxt
+
+
+def held_bytes(roots: list[object], exclude: Iterable[torch.Tensor | None] = ()) -> int:
+    """Bytes of the distinct storages of every tensor reachable from ``roots``, those of ``exclude``
+    (parameters and their gradients) left out: a tensor that aliases them is not extra memory."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
+    return storage_bytes(t for t in reachable(*roots) if torch.is_tensor(t) and t.untyped_storage().data_ptr() not in skip)

@@ -1,12 +1,9 @@
 """Run the ``grade`` lab on a reader's file: ``labs.grade(path)``, and the same steps for ``python -m labs grade``.
 
-The file is checked once in the parent from its syntax tree, before any rank starts (the lab's
-``validate``, :mod:`labs.grading.source`: it exists, its path and size are sane, it parses, it defines
-the classes, their constructors take ``(module)`` or ``(module, bucket_cap_mb)``; chapter 13's
-``ShardedOptimizer(params, optimizer_cls, **kwargs)`` and ``FullyShardedDP(module, compute_dtype=None)``
-are graded against their own interfaces); it is never executed in this process. The ranks import and
-run it under the time limit (:mod:`labs.grading.rank`), each noting its phase and stack in a folder, so
-that a rank that dies or hangs is explained here with the reader's own line.
+The file is checked once in the parent from its syntax tree before any rank starts (the lab's ``validate``,
+:mod:`labs.grading.source`); it is never executed in this process. The ranks import and run it under the time
+limit (:mod:`labs.grading.rank`), each noting its phase and stack in a folder, so that a rank that dies or hangs
+is explained here with the reader's own line.
 """
 
 from __future__ import annotations

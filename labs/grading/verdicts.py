@@ -2,8 +2,8 @@
 over a judge's table of checks.
 
 A judge (:mod:`labs.grading.judge` for a DDP, :mod:`labs.grading.zero_judge`, :mod:`labs.grading.fsdp_judge`)
-is a :class:`Judge`: its checks in the order of diagnosis, one module-level function per check (it takes
-the :class:`ClassRecords` and returns the check), the probe each check reads, and the facts the report
+is a :class:`Judge`: one module-level function per check (it takes the :class:`ClassRecords` and returns
+the check) in a table in the order of diagnosis, the probe each check reads, and the facts the report
 explains a failure with. :func:`judge_class` walks that table: a check whose probe raised on some rank,
 or whose ranks' collectives diverged, is reported as not measured (with the reason) instead of being run.
 """
@@ -46,24 +46,33 @@ class ClassRecords:
 CheckFn = Callable[[ClassRecords], Check]
 
 
-def first_error(r: ClassRecords, probe_names: Mapping[str, str]) -> str | None:
-    """The first exception, probes in the order of ``probe_names``, with the rank."""
+def first_error(r: ClassRecords, probe_names: Mapping[str, str],
+                counts: Callable[[Record, str], bool] = lambda c, probe: True) -> str | None:
+    """The first exception (of those a rank's class record ``counts``), probes in the order of ``probe_names``,
+    with the rank."""
     return next((f"랭크 {rank}, {probe_names[probe]}: {c['errors'][probe]}" for probe in probe_names
-                 for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe)), None)
+                 for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe) and counts(c, probe)), None)
+
+
+LEADING = ("runs_without_error", "same_collectives_on_ranks")  # 모든 인터페이스의 첫 두 확인 (leading_checks)
 
 
 @dataclass(frozen=True)
 class Judge:
     """One interface's verdicts: the table :func:`judge_class` walks."""
 
-    checks: tuple[str, ...]                  # 진단의 순서: 첫 두 개는 leading_checks
-    check_fns: Mapping[str, CheckFn]         # 확인마다 판정 함수
+    check_fns: Mapping[str, CheckFn]         # 확인마다 판정 함수, 진단의 순서로 (LEADING 다음)
     probe_of: Mapping[str, str]              # 확인 → 그 확인이 읽는 검사 (없으면 스스로 해당 없음을 판단)
     probe_names: Mapping[str, str]           # 검사 → 보고서의 말("학습 반복에서")
     facts: Callable[[ClassRecords], Facts]   # 보고서가 쓰는 값
     error: Callable[[ClassRecords, Mapping[str, str]], str | None] = first_error
     mismatch: Callable[[ClassRecords], str | None] = lambda r: None  # 기록에서 보이는 랭크 사이의 어긋남
     needs_two_ranks: tuple[str, ...] = ()
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """Every check in the order of diagnosis: the two leading ones, then the table's."""
+        return (*LEADING, *self.check_fns)
 
 
 def power(ratio: float, n: int) -> int | None:
@@ -99,9 +108,9 @@ def names(params: list[str]) -> str:
 
 def leading_checks(error: str | None, mismatch: str | None) -> list[Check]:
     """The first two checks of every interface: an exception, then ranks that disagree on a collective."""
-    return [check_true("runs_without_error", error is None, error or "예외 없음",
+    return [check_true(LEADING[0], error is None, error or "예외 없음",
                        "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
-            check_true("same_collectives_on_ranks", mismatch is None, mismatch or "모든 호출 일치",
+            check_true(LEADING[1], mismatch is None, mismatch or "모든 호출 일치",
                        "모든 랭크가 같은 순서로 같은 크기의 집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 "
                        "랭크끼리 맞춰 봄)")]
 
@@ -133,4 +142,4 @@ def judge_class(judge: Judge, ranks: list[Record], j: int, params: Mapping[str, 
     if r.mismatch is None:
         r = replace(r, mismatch=judge.mismatch(r))
     checks = leading_checks(judge.error(r, judge.probe_names), r.mismatch)
-    return checks + [measured(judge, r, name) for name in judge.checks[2:]], {**judge.facts(r), "mismatch": r.mismatch}
+    return checks + [measured(judge, r, name) for name in judge.check_fns], {**judge.facts(r), "mismatch": r.mismatch}

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from ..result import Check, check_at_least, check_at_most, check_true
 from .config import OPTIMIZER_LABELS
-from .verdicts import TOLERANCE, ClassRecords, Facts, Judge, Record, names
+from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, names
 
-CHECKS = ("runs_without_error", "same_collectives_on_ranks", "step_shares_params", "replicas_identical",
-          "params_updated", "state_divided", "zero_grad_clears", "param_groups_honoured", "matches_oracles")
 PROBE_NAMES = {"train": "학습 반복에서", "groups": "add_param_group으로 그룹을 더한 뒤"}
 PROBE_OF = {"step_shares_params": "train", "replicas_identical": "train", "params_updated": "train",
             "state_divided": "train", "zero_grad_clears": "train", "param_groups_honoured": "groups",
@@ -131,6 +129,7 @@ def matches_oracles(r: ClassRecords) -> Check:
 CHECK_FNS = {"step_shares_params": step_shares_params, "replicas_identical": replicas_identical,
              "params_updated": params_updated, "state_divided": state_divided, "zero_grad_clears": zero_grad_clears,
              "param_groups_honoured": param_groups_honoured, "matches_oracles": matches_oracles}
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
 
 
 def facts(r: ClassRecords) -> Facts:
@@ -143,4 +142,4 @@ def facts(r: ClassRecords) -> Facts:
             "causes": {} if cause is None else {"state_divided": cause}}
 
 
-JUDGE = Judge(CHECKS, CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, needs_two_ranks=NEEDS_TWO_RANKS)
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, needs_two_ranks=NEEDS_TWO_RANKS)

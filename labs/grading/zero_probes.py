@@ -19,7 +19,6 @@ same averaged gradient before ``step()``; the reader's optimizer works on the ch
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,11 +26,11 @@ from torch import nn
 
 from ..context import RankContext
 from ..tools.comms import CollectiveCounter
-from ..tools.models import fingerprint, mse_backward, rank_batch, storage_bytes, wrap_ddp
+from ..tools.models import fingerprint, mse_backward, rank_batch, wrap_ddp
 from ..tools.primitives import max_abs_diff
 from .config import OPTIMIZER_ARGS, ProbeConfig
 from .probes import ProbeFn, Record, float_calls, start
-from .reach import reachable
+from .reach import held_bytes, reachable
 
 PROBES = ("train", "groups")
 LATER_LR = 0.15     # add_param_group으로 나중에 더하는 그룹의 학습률: 생성자의 lr과 달라야 무시했는지 보인다
@@ -43,22 +42,10 @@ def held_optimizers(root: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
     return [obj for obj in reachable(root) if isinstance(obj, torch.optim.Optimizer)]
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if torch.is_tensor(value):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
 def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
     """Bytes of the distinct storages in the ``state`` of every optimizer the object holds, the model's
-    parameters and gradients left out (a state that aliases them is not extra memory)."""
-    skip = {t.untyped_storage().data_ptr() for p in model.parameters() for t in (p, p.grad) if t is not None}
-    tensors = [t for opt in held_optimizers(optimizer) for s in opt.state.values() for t in _tensors(s)]
-    return storage_bytes(t for t in tensors if t.untyped_storage().data_ptr() not in skip)
+    parameters and gradients left out."""
+    return held_bytes([opt.state for opt in held_optimizers(optimizer)], [t for p in model.parameters() for t in (p, p.grad)])
 
 
 def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
@@ -92,7 +79,7 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
                          for p, q, b in zip(model.parameters(), ref.parameters(), before)]
         mse_backward(ddp, *rank_batch(x, y, ctx.rank, n, per_rank, 0))  # 그래디언트를 하나 더 만들고 지운다
         mine.zero_grad()
-        single_state = [storage_bytes(_tensors(theirs[1].state[p])) for p in single.parameters()]
+        single_state = [held_bytes([theirs[1].state[p]]) for p in single.parameters()]
         out["runs"][opt_name] = {
             "steps": steps, "first_step": first, "state_bytes": state_bytes(mine, model),
             "single_state": single_state,
