@@ -16,7 +16,7 @@ def check(view: View) -> list[Finding]:
             measured = (f"스텝 {e['step'] + 1}에서 `{e['fn']}`이(가) GradScaler가 배율(scale) {e['scale']:g}을(를) 곱한 그래디언트를 "
                         f"unscale_ 없이 잘랐습니다.{norm} 기준값은 곱하기 전의 그래디언트에 대한 값이라, 거의 모든 스텝에서 "
                         "그래디언트를 지나치게 줄입니다.")
-            fix = ("자르기 바로 앞에서 `scaler.unscale_(optimizer)`를 부르세요: `scaler.scale(loss).backward()` → "
+            fix = ("자르기 바로 앞에서 `scaler.unscale_(optimizer)`을 부르세요: `scaler.scale(loss).backward()` → "
                    "`scaler.unscale_(optimizer)` → `clip_grad_norm_(model.parameters(), max_norm)` → "
                    "`scaler.step(optimizer)` → `scaler.update()`.")
             return [finding("clip_scaled", "unscale_ 전의 그래디언트 자르기: GradScaler가 곱한 값을 자릅니다", [rank],

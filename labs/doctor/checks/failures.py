@@ -56,7 +56,7 @@ def translate(view: View, rank: int) -> list[Finding]:
         return [finding("ready_twice", "DDP 오류: 파라미터가 한 반복에 두 번 준비됨", [rank], at or site, measured, fix)]
     if NO_GROUP in message:
         measured = f"랭크 {rank}가 {where(site)}에서 프로세스 그룹 없이 분산 기능을 불렀습니다: {first[:200]}"
-        fix = ("스크립트 맨 앞(모델·DDP·집합 통신보다 먼저)에서 `dist.init_process_group(backend)`를 부르세요: torchrun이 준 "
+        fix = ("스크립트 맨 앞(모델·DDP·집합 통신보다 먼저)에서 `dist.init_process_group(backend)`을 부르세요: torchrun이 준 "
                "환경 변수(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)를 읽어 그룹을 만듭니다.")
         return [finding("no_process_group", "프로세스 그룹을 만들지 않았습니다", [rank], site, measured, fix)]
     return []
@@ -132,7 +132,7 @@ def no_training(view: View) -> list[Finding]:
             site = view.events(0, "pre")[0]["site"]
             measured = (f"랭크 {view.nproc}개가 torch.distributed 없이 각자 학습했습니다(init_process_group이 불리지 않음): "
                         "그래디언트가 평균되지 않고, 전역 배치도 랭크 수만큼 커지지 않습니다.")
-            fix = ("`dist.init_process_group(backend)`로 그룹을 만들고, 모델을 `DDP(model)`로 감싸고, DataLoader에 "
+            fix = ("`dist.init_process_group(backend)`으로 그룹을 만들고, 모델을 `DDP(model)`로 감싸고, DataLoader에 "
                    "`DistributedSampler`를 주세요(14장의 레시피).")
             return [finding("no_process_group", "프로세스 그룹이 없습니다: 랭크들이 따로 학습합니다", list(range(view.nproc)),
                             site, measured, fix)]
