@@ -7,7 +7,7 @@
 - A tiny book built with the real extensions: the question and the buttons are in the page, the answer and the
   measured line are ``hidden`` until a choice; the glued numbers reach the answer; broken boxes fail the build.
 - The built site (``DDP_SITE_DIR``) in Chromium: nothing of the answer shows before a choice; a choice or a number
-  reveals "내 예측 / 정답" or "내 예측 / 이번 빌드의 측정" with the body; a reload keeps it; the intro counts it.
+  reveals "내 예측 / 정답" or "내 예측 / 실제로 잰 값" with the body; a reload keeps it; the intro counts it.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_every_prediction_is_well_formed(stem):
             assert opts.get("answer", "").isdigit() and 1 <= int(opts["answer"]) <= len(choices), (
                 f"{where}: :answer:는 1–{len(choices)} 중 하나여야 합니다.")
             assert "{glue:text}" in opts.get("measured", ""), (
-                f"{where}: 이번 빌드의 측정(:measured:)이 실행에서 glue한 값이어야 합니다.")
+                f"{where}: 실제로 잰 값(:measured:)이 실행에서 glue한 값이어야 합니다.")
             keys = set()
         keys |= set(_GLUE_ROLE.findall(opts.get("measured", "") + p["body"]))
         assert keys <= glued, f"{where}: 이 장의 코드 셀이 glue하지 않은 키: {sorted(keys - glued)}"
@@ -208,7 +208,7 @@ def test_rendered_box_shows_question_and_hides_answer(mini_site):
     assert answer.has_attr("hidden"), "답이 hidden이 아닙니다(접기만 해서는 보조 기술에 읽힙니다)."
     assert "비밀 본문" in answer.get_text() and "비밀 본문" not in question.get_text()
     measured = answer.select_one(".ddp-prediction-measured").get_text()
-    assert "이번 빌드의 측정" in measured and "4" in measured, measured
+    assert "실제로 잰 값" in measured and "4" in measured, measured
     assert "1.2e-04" in answer.get_text(), "본문의 glue 역할이 실행한 값을 받지 못했습니다."
 
     number = soup.select_one('.ddp-prediction[data-pid="ch1-calls-number"]')
@@ -300,7 +300,7 @@ def test_prediction_reveals_only_after_a_guess_and_survives_reload(page):
         assert not box.locator(".ddp-prediction-answer").is_visible(), "예측하기 전부터 답이 보입니다."
     # the accessibility tree has the question and the choices, never the answer
     snapshot = page.locator('.ddp-prediction[data-pid="ch11-processes"]').aria_snapshot()
-    assert "몇 개의 OS 프로세스" in snapshot and "이번 빌드의 측정" not in snapshot, snapshot
+    assert "몇 개의 OS 프로세스" in snapshot and "실제로 잰 값" not in snapshot, snapshot
 
     choice = page.locator('.ddp-prediction[data-pid="ch11-processes"]')
     wrong = choice.locator('.ddp-prediction-choice[data-correct="0"]').first
@@ -311,7 +311,7 @@ def test_prediction_reveals_only_after_a_guess_and_survives_reload(page):
     result = poll(lambda: choice.locator(".ddp-prediction-result").inner_text(), lambda t: "내 예측" in t)
     assert f"내 예측: {guess}" in result and f"정답: {right}" in result and "빗나갔습니다" in result, result
     answer = choice.locator(".ddp-prediction-answer")
-    assert answer.is_visible() and "이번 빌드의 측정" in answer.inner_text()
+    assert answer.is_visible() and "실제로 잰 값" in answer.inner_text()
     assert re.search(r"\d", answer.locator(".ddp-prediction-measured").inner_text())
 
     number = page.locator('.ddp-prediction[data-pid="ch11-fingerprint-kinds"]')
@@ -319,7 +319,7 @@ def test_prediction_reveals_only_after_a_guess_and_survives_reload(page):
     number.locator("input").fill(measured)
     number.locator(".ddp-prediction-submit").click()
     result = poll(lambda: number.locator(".ddp-prediction-result").inner_text(), lambda t: "내 예측" in t)
-    assert "맞혔습니다" in result and "이번 빌드의 측정" in result, result
+    assert "맞혔습니다" in result and "실제로 잰 값" in result, result
     assert number.locator(".ddp-prediction-answer").is_visible()
 
     page.reload(wait_until="load")

@@ -12,9 +12,9 @@ In a chapter (MyST markdown)::
 
 - ``:choices:`` (``|``로 나눈 보기 2개 이상) with ``:answer:`` (the correct choice, 1-based), or
   ``:number:`` (a glue key of the chapter: the reader types a number and the answer is the value the
-  build measured, shown as "내 예측: … / 이번 빌드의 측정: …") with ``:tolerance:`` (absolute, or ``20%``
+  build measured, shown as "내 예측: … / 실제로 잰 값: …") with ``:tolerance:`` (absolute, or ``20%``
   relative to the measured value).
-- ``:measured:`` (optional inline MyST): the line "이번 빌드의 측정: …" shown with the answer; its
+- ``:measured:`` (optional inline MyST): the line "실제로 잰 값: …" shown with the answer; its
   numbers come from ``{glue:text}`` roles of cells that ran in this build, never typed.
 
 The page shows the question and the choice buttons (or a number box and 확인); the answer and the
@@ -181,7 +181,7 @@ class PredictionDirective(SphinxDirective):
         box += nodes.paragraph("", "", classes=["ddp-prediction-result"])
         answer = prediction_answer()
         if measured:
-            answer += nodes.paragraph("", "", nodes.strong("", "이번 빌드의 측정"), nodes.Text(": "),
+            answer += nodes.paragraph("", "", nodes.strong("", "실제로 잰 값"), nodes.Text(": "),
                                       *self._inline(measured), classes=["ddp-prediction-measured"])
         self.state.nested_parse(self.content, self.content_offset, answer)
         box += answer
@@ -232,7 +232,7 @@ class PredictionDirective(SphinxDirective):
 
 _SCRIPT = """
 (function () {
-  // 예측 상자: 보기를 고르거나 숫자를 적어 확인하면 그때 답과 이번 빌드의 측정값을 보여 주고, 예측을 저장한다.
+  // 예측 상자: 보기를 고르거나 숫자를 적어 확인하면 그때 답과 실제로 잰 값값을 보여 주고, 예측을 저장한다.
   var KEY = %(key)s;
   function load() { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (e) { return {}; } }
   function save(p) { try { localStorage.setItem(KEY, JSON.stringify(p)); } catch (e) { /* 저장 불가: 무시 */ } }
@@ -260,7 +260,7 @@ _SCRIPT = """
       right = plain(box.querySelector('.ddp-prediction-choice[data-correct="1"]'));
     }
     result.className = "ddp-prediction-result " + (hit ? "is-hit" : "is-miss");
-    var label = box.getAttribute("data-kind") === "number" ? " / 이번 빌드의 측정: " : " / 정답: ";
+    var label = box.getAttribute("data-kind") === "number" ? " / 실제로 잰 값: " : " / 정답: ";
     result.textContent = (hit ? "○ 맞혔습니다. " : "× 빗나갔습니다. ") + "내 예측: " + mine + label + right;
     box.querySelector(".ddp-prediction-answer").hidden = false;
     box.setAttribute("data-committed", "1");

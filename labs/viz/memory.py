@@ -54,7 +54,7 @@ def calculator(measured: dict, div_id: str = "memory-calculator"):
     script = (_ASSETS / "memory_calc.js").read_text(encoding="utf-8")
     body = (f'<div id="{div_id}" class="ddp-memcalc" role="group" aria-label="GPU 하나의 학습 메모리 계산기">'
             "<p><strong>GPU 하나의 메모리 계산기</strong> — 값을 바꾸면 바로 다시 계산합니다. 파라미터 하나의 "
-            "바이트는 이번 빌드의 실습이 잰 값입니다.</p>"
+            "바이트는 실습이 실제로 잰 값입니다.</p>"
             f"<fieldset><legend>모델</legend>{model}</fieldset><fieldset><legend>학습</legend>{training}</fieldset>"
             f'<div class="ddp-memcalc-out" aria-live="polite"></div>'
             f'<script type="application/json">{config}</script></div>')
