@@ -198,3 +198,22 @@ def test_intro_shows_quiz_progress_saved_in_the_browser(chromium, site_url):
     assert answered.startswith("2 / "), answered
     assert right == "0", right
     assert "2문제를 풀었고, 첫 답으로 0문제를 맞혔습니다" in summary, summary
+
+
+SEARCH_TEXT_START_JS = """() => [...document.querySelectorAll('form.bd-search')].filter(f => f.checkVisibility()).map(f => {
+  const icon = f.querySelector('.fa-magnifying-glass'), input = f.querySelector('input');
+  const start = input.getBoundingClientRect().left + parseFloat(getComputedStyle(input).paddingLeft);
+  return start - icon.getBoundingClientRect().right;
+})"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_search_icon_leaves_the_typed_text_free(chromium, site_url, width):
+    """The magnifying glass sits inside the search field: typed text starts to its right."""
+    context, page = _open(chromium, site_url, "search.html", viewport={"width": width, "height": 900})
+    try:
+        gaps = page.evaluate(SEARCH_TEXT_START_JS)
+    finally:
+        context.close()
+    assert gaps, f"{width}px: 보이는 검색창이 없습니다"
+    assert all(gap >= 0 for gap in gaps), f"{width}px: 검색창의 글자가 돋보기 아이콘 밑에서 시작합니다 (겹친 px: {gaps})"
