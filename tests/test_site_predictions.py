@@ -433,3 +433,17 @@ def test_a_key_box_that_states_a_core_answer_opens_with_the_guess(chromium, site
             assert any(x.startswith("측정") for x in opened), f"{stem} @{width}px: 예측한 뒤에도 닫힌 상자 {opened}"
             assert page.locator(".chapter-key .ddp-key-note").count() == 0
         assert page.problems == [], page.problems
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("width", [390, 800])
+def test_no_measured_output_shows_before_a_guess_on_a_phone_or_tablet(chromium, site_url, site_root, width):
+    """The desktop test above, at the widths where the page reflows: still no data below an unanswered box."""
+    assert PREDICTION_PAGES
+    viewport = {"width": width, "height": 900}
+    with watched_page(chromium, site_url, site_root, tuple(PREDICTION_PAGES), viewport=viewport) as page:
+        for rel in PREDICTION_PAGES:
+            page.open(rel)
+            page.wait_for_timeout(300)
+            assert page.evaluate(VISIBLE_DATA_BELOW_JS) == [], f"{rel} @{width}px: 예측하기 전에 보이는 측정값"
+        assert page.problems == [], page.problems
