@@ -32,7 +32,7 @@ EXPECTED: dict[tuple[str, str | None], tuple[str, ...]] = {
     ("05_update", "train"): ("model.no_sync()", "mse_backward", "CollectiveCounter() as in_step", "opt.step()"),
     ("05_update", "train_both"): ("mse_backward(local", "mse_backward(ddp"),
     ("06_train", "train"): ("make_ddp_model", "make_loader", "pin_memory", "set_epoch", "train_one_epoch"),
-    ("06_train", "train_one_epoch"): ("③", "cross_entropy", "④", "backward", "⑥", "step"),
+    ("06_train", "train_one_epoch"): ("3단계", "cross_entropy", "4단계", "backward", "6단계", "step"),
     ("06_train", "init_distributed"): ("RANK", "WORLD_SIZE", "LOCAL_RANK", "device_for", "init_process_group",
                                        "init_process_group"),
     ("06_train", "global_mean"): ("totals", "all_reduce", "totals[0] / totals[1]"),

@@ -114,7 +114,7 @@ def make_model(cfg: TrainConfig, device: torch.device) -> nn.Module:
 
 def make_ddp_model(cfg: TrainConfig, ctx: RankContext) -> DDP:
     model = make_model(cfg, ctx.device)
-    # ① 복제: DDP 생성자가 랭크 0의 파라미터를 모든 랭크에 브로드캐스트한다
+    # 1단계 복제: DDP 생성자가 랭크 0의 파라미터를 모든 랭크에 브로드캐스트한다
     return DDP(model, device_ids=device_ids(ctx.device))
 
 
@@ -143,12 +143,12 @@ def train_one_epoch(model: nn.Module, batches: Iterable, optimizer: torch.optim.
     loss_sum, count = torch.zeros((), device=device), 0
     for x, y in batches:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        # ③ 순전파: 통신 없음. L_i = 미니배치 B/N개의 평균 손실
+        # 3단계 순전파: 통신 없음. L_i = 미니배치 B/N개의 평균 손실
         loss = nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
-        # ④ 역전파 + ⑤ All-Reduce: DDP의 훅이 g = (1/N) Σ g_i 를 모든 랭크에 만든다
+        # 4단계 역전파 + 5단계 All-Reduce: DDP의 훅이 g = (1/N) Σ g_i 를 모든 랭크에 만든다
         loss.backward()
-        # ⑥ 업데이트 w ← w − η g: 모든 랭크가 같은 g로 같은 계산
+        # 6단계 업데이트 w ← w − η g: 모든 랭크가 같은 g로 같은 계산
         optimizer.step()
         # .item()을 스텝마다 부르면 GPU가 매번 멈춘다: 텐서로 모아 두었다가 한 번에
         loss_sum += loss.detach() * len(y)
@@ -225,9 +225,9 @@ def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set
           on_epoch_end: Callable[[int, DistributedSampler], None] | None = None,
           ) -> tuple[DDP, list[dict], int]:
     """The whole DDP training; returns (model, per-epoch history, epochs done before)."""
-    model = make_ddp_model(cfg, ctx)  # ① 복제
+    model = make_ddp_model(cfg, ctx)  # 1단계 복제
     optimizer = sgd(model, cfg)
-    # ② 랭크마다 겹치지 않는 1/N을 B/N개씩
+    # 2단계: 랭크마다 겹치지 않는 1/N을 B/N개씩
     sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank,
                                   pin_memory=ctx.device.type == "cuda")
     with checkpoint_folder(cfg.ckpt_dir, run_config(cfg, ctx.world_size), cfg.fresh, ctx) as ckpt:  # 다른 설정의 폴더는 거절
@@ -242,7 +242,7 @@ def train(cfg: TrainConfig, ctx: RankContext, train_set: TensorDataset, test_set
             sampler.set_epoch(epoch)
             faulty = cfg.fail_at_epoch == epoch + 1 and ctx.rank == ctx.world_size - 1
             batches = fail_midway(loader, epoch + 1, ctx) if faulty else loader
-            # ③–⑥
+            # 3–6단계
             loss_sum, count = train_one_epoch(model, batches, optimizer, ctx.device)
             correct, total = evaluate(model.module, test_set, ctx)
             loss = global_mean(loss_sum, count, ctx.device)
