@@ -29,7 +29,7 @@ from ..context import Described, RankContext
 from ..params import Float, Int, seed
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_at_most, check_close, check_equal, not_applicable
-from ..tools.comms import CollectiveCounter, written_bytes
+from ..tools.comms import CollectiveCounter, settle_collectives, written_bytes
 from ..tools.models import (
     fingerprint,
     flat_parameters,
@@ -83,6 +83,8 @@ def powersgd_run(ctx: RankContext, hook: str, matrix_rank: int, start_iter: int,
             before = written_bytes()  # 프로파일러가 켜진 뒤에 잰다(켜고 끌 때 쓰는 글자는 빼고)
             mse_backward(ddp, xb.to(ctx.device), yb.to(ctx.device))
             after = written_bytes()
+            if counter is not None:
+                settle_collectives()  # 프로파일러를 끄기 전에 gloo 스레드가 All-Reduce의 기록을 마치기를 기다린다
         optimizer.step()
         wrote.append(None if before is None or after is None else after - before)
         if counter is not None:
@@ -115,6 +117,7 @@ def bucket_view_run(ctx: RankContext, as_view: bool, set_to_none: bool, lr: floa
         optimizer.zero_grad(set_to_none=set_to_none)
         with CollectiveCounter() as counter:
             mse_backward(ddp, xb.to(ctx.device), yb.to(ctx.device))
+            settle_collectives()  # 위와 같다: 역전파가 기다린 퓨처가 끝나도 gloo 스레드는 아직 프로파일러에 쓴다
         optimizer.step()
     grads = [p.grad for p in model.parameters()]
     grad_storages = {g.untyped_storage().data_ptr() for g in grads}

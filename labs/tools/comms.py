@@ -14,6 +14,7 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch.distributed as dist
 from torch.autograd.profiler import profile, record_function
 
 PROC_IO = Path("/proc/self/io")
@@ -109,6 +110,22 @@ class CollectiveCounter:
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
+
+
+def settle_collectives() -> None:
+    """Wait, as the last thing inside a counter's block, until the default group's backend has finished every
+    collective launched so far, so that no worker thread still writes to the profiler when the block ends.
+
+    DDP's reducer and comm hooks wait on a collective's *future*, and gloo completes that future before its
+    worker thread ends the work's profiler event: ``finishWorkGloo`` marks the future completed (running its
+    ``then`` callbacks, waking the waiter), and only then ``Work::finish`` runs the event's end callback. Ending
+    the block right after a backward can stop the profiler in between: ``disableProfiler`` frees the block of
+    events, and the worker then writes the end time into the freed memory, a heap corruption that aborts the
+    rank later (``malloc(): invalid size (unsorted)``). gloo's barrier first waits (``Work::wait``, which
+    returns after ``finish``) for every work in progress or queued. It is a collective itself (``barrier`` in
+    the counter's items): every rank calls it, as every rank runs the backward before it.
+    """
+    dist.barrier()
 
 
 def carried_bytes(items: list[dict]) -> int:
