@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from bs4 import BeautifulSoup, Tag
 
 TESTS = Path(__file__).resolve().parent
@@ -152,3 +153,21 @@ def test_the_intro_shows_the_built_core_path_and_its_rates(site_root):
         assert rate in text, (rate, text)
     first_screen = intro.select_one('[role="main"]').get_text()[:600]
     assert "핵심 경로 약" in first_screen, "첫 화면에 핵심 경로가 몇 분인지가 없습니다"
+
+
+@pytest.mark.parametrize("hide_mode, code, output", [
+    (None, 2, 11), ("input", 0, 11), ("output", 2, 0), ("input+output", 0, 0), ("all", 0, 0)])
+def test_folded_code_and_outputs_are_not_counted(hide_mode, code, output):
+    """A lab cell's folded input or output (myst-nb's hide_mode) is not on the page a reader reads."""
+    from docutils import nodes
+
+    sys.path.insert(0, str(TESTS.parent / "book" / "_ext"))
+    import core_path
+
+    source = nodes.container("", nodes.literal_block("", "x = 1\n\ny = 2\n"), classes=["cell_input"])
+    printed = nodes.container("", nodes.literal_block("", "측정값 12345 678"), classes=["cell_output"])
+    cell = nodes.container("", source, printed, classes=["cell"])
+    if hide_mode:
+        cell["hide_mode"] = hide_mode
+    shown = core_path.shown(cell)
+    assert (shown.code, shown.tables) == (code, output)

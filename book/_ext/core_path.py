@@ -44,8 +44,10 @@ class Rates:
 RATES = Rates()
 _NOT_PROSE = (nodes.literal_block, nodes.raw, nodes.table, nodes.math, nodes.math_block, nodes.image,
               nodes.figure, nodes.title, nodes.comment)
-_HIDDEN_INPUT = {"input", "all"}
-_HIDDEN_OUTPUT = {"output", "all"}
+# myst-nb's hide_mode of a cell: hide-input → "input", hide-output → "output", both tags → "input+output",
+# hide-cell → "all"
+_HIDDEN_INPUT = {"input", "input+output", "all"}
+_HIDDEN_OUTPUT = {"output", "input+output", "all"}
 
 
 def _is_cell(node) -> bool:
