@@ -4,7 +4,9 @@ A ``literalinclude`` names a file, a whole function or class (``:pyobject:``, re
 from the first decorator to the last line), optionally a ``:start-at:``/``:end-at:`` pair of anchor strings, and
 ``:emphasize-lines:`` counted in the lines shown. Line offsets (``:lines:``) are not allowed: one added line would
 silently show another piece of code. Each emphasized line must contain the token EXPECTED lists for it, so a moved
-line fails here instead of highlighting the wrong code. The caption starts with the included path.
+line fails here instead of highlighting the wrong code. The caption starts with the included path. Every shown line
+comes from the code the book teaches (labs/ddp/), a measuring tool (labs/tools/) or chapter 14's scripts (recipe/),
+never from a lab's harness (labs/lessons/).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BOOK = REPO / "book"
+
+# Where a shown line may come from: the taught DDP code, the measuring tools, chapter 14's scripts.
+SHOWN_FROM = ("labs/ddp/", "labs/tools/", "recipe/")
 
 BLOCK = re.compile(r"```\{literalinclude\} \.\./(\S+)\n((?::\S+:.*\n)+)```")
 
@@ -150,6 +155,20 @@ def test_every_include_shows_what_its_text_talks_about():
     assert not found, "\n".join(found)
 
 
+def shown_elsewhere(chapters: list[tuple[str, str]]) -> list[str]:
+    """``stem: path`` of every literalinclude whose file lies outside :data:`SHOWN_FROM`."""
+    return [f"{stem}: {path}" for stem, text in chapters for path, _ in includes(text)
+            if not path.startswith(SHOWN_FROM)]
+
+
+def test_every_include_shows_taught_code_or_a_tool():
+    chapters = _chapters()
+    assert sum(len(includes(text)) for _, text in chapters) >= 60  # 빈 목록으로 통과하지 않게
+    found = shown_elsewhere(chapters)
+    assert not found, ("labs/ddp/, labs/tools/, recipe/ 밖의 코드를 보입니다 (보이는 함수를 그리로 옮기세요): "
+                       + ", ".join(found))
+
+
 def test_every_literalinclude_is_parsed():
     # A block written another way (other fence, no ../ prefix) would escape the guard.
     for stem, text in _chapters():
@@ -197,6 +216,14 @@ def test_a_broken_snippet_is_caught(tmp_path, monkeypatch, opts, message):
     [(path, parsed)] = includes(_block("labs/x.py", **opts))
     found = problems("99_sample", path, parsed, root=tmp_path)
     assert (found == []) if message is None else any(message in f for f in found), found
+
+
+def test_an_include_of_a_lab_module_is_caught():
+    planted = _block("labs/lessons/forward.py", pyobject="rank_fn", caption="labs/lessons/forward.py — 실습 모듈")
+    chapters = [*_chapters(), ("99_sample", planted)]
+    assert shown_elsewhere(chapters) == ["99_sample: labs/lessons/forward.py"]
+    assert shown_elsewhere([("99_sample", _block("labs/ddpx/x.py", pyobject="f", caption="labs/ddpx/x.py"))]) == [
+        "99_sample: labs/ddpx/x.py"]
 
 
 def test_a_missing_file_is_caught(tmp_path):

@@ -49,11 +49,12 @@ def test_one_rank_has_nothing_to_find(runs):
 @pytest.mark.parametrize("n", [2, 3])
 def test_stack_dump_shows_each_rank_down_to_the_lab(runs, n):
     text = figures.stack_dump(runs[n])
-    wait, skip = (hangs.source_line(hangs.one_all_reduce_fewer), hangs.source_line(hangs.rank_fn))
+    wait, skip = (hangs.source_line(hangs.one_all_reduce_fewer), hangs.source_line(hangs.fall_behind))
     blocks = text.split("\n\n")
     assert len(blocks) == n
-    assert all(f"one_all_reduce_fewer (labs/lessons/hangs.py:{wait})" in b for b in blocks[:-1])
-    assert f"rank_fn (labs/lessons/hangs.py:{skip})" in blocks[-1] and "all_reduce (" not in blocks[-1]
+    assert all(f"one_all_reduce_fewer (labs/tools/hangs.py:{wait})" in b for b in blocks[:-1])
+    assert f"fall_behind (labs/tools/hangs.py:{skip})" in blocks[-1] and "all_reduce (" not in blocks[-1]
+    assert all("rank_fn (labs/lessons/hangs.py:" in b for b in blocks)  # 실습의 프레임까지 보인다
     assert "launch.py" not in text and "multiprocessing/" not in text  # 런처 아래는 잘라서 보인다
 
 

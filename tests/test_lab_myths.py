@@ -16,6 +16,7 @@ import labs
 from labs import checklist, quiz
 from labs.errors import LabConfigError
 from labs.lessons import myths as myths_lab
+from labs.tools.dataparallel import CountingDataParallel
 from labs.viz import myths as figures
 
 pytestmark = pytest.mark.timeout(180)
@@ -244,10 +245,10 @@ def test_counting_dataparallel_counts_each_step_part():
     """The counter wraps the methods ``DataParallel.forward`` calls (here called directly: no GPU needed)."""
     import torch
 
-    dp = myths_lab.CountingDataParallel(torch.nn.Linear(2, 2))
-    for name in myths_lab.CountingDataParallel.COUNTED:
+    dp = CountingDataParallel(torch.nn.Linear(2, 2))
+    for name in CountingDataParallel.COUNTED:
         try:
             getattr(dp, name)()
         except (TypeError, AttributeError):
             pass  # 인자가 없어 실패해도 호출 자체는 세어졌어야 한다
-    assert dp.calls == dict.fromkeys(myths_lab.CountingDataParallel.COUNTED, 1)
+    assert dp.calls == dict.fromkeys(CountingDataParallel.COUNTED, 1)

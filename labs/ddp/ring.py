@@ -141,3 +141,9 @@ def pipelined_ring_all_reduce_(buf: torch.Tensor, p2p: P2P, segment_bytes: int =
     for request in sending.values():
         request.wait()
     return buf
+
+
+def all_reduce_fns(buf: torch.Tensor, segment_bytes: int) -> dict:
+    """The three All-Reduce implementations on ``buf`` (sum, in place), by name."""
+    return {"library": lambda: dist.all_reduce(buf), "ring": lambda: ring_all_reduce_(buf, P2P()),
+            "pipelined": lambda: pipelined_ring_all_reduce_(buf, P2P(), segment_bytes)}

@@ -13,7 +13,6 @@ All-Reduce per bucket as soon as every gradient in it is ready. Each rank here
 
 from __future__ import annotations
 
-import time
 from typing import Any, TypedDict
 
 import torch
@@ -26,19 +25,12 @@ from ..registry import Lab
 from ..result import Summary, check_equal, check_true, not_applicable
 from ..tools.comms import CollectiveCounter
 from ..tools.models import layer_stack, wrap_ddp
-from ..tools.timeline import Timeline
-
-DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
+from ..tools.timeline import DEFAULT, Timeline, ddp_kwargs, record_overlap
 
 
 def cap_labels(caps_mb: tuple) -> list[str]:
     """``(0.1, 1.0, "default")`` -> ``["0.1", "1", "default"]``: the labels records and tables use."""
     return [cap if cap == DEFAULT else f"{cap:g}" for cap in caps_mb]
-
-
-def ddp_kwargs(cap: str) -> dict:
-    """DDP keyword arguments for one cap: ``default`` passes nothing, so DDP picks its own."""
-    return {} if cap == DEFAULT else {"bucket_cap_mb": float(cap)}
 
 
 def bucket_limits(cap: str) -> tuple[int, int]:
@@ -67,24 +59,6 @@ def count_collectives(ctx: RankContext, cap: str, x: torch.Tensor, iterations: i
         counts.append(counter.as_dict())
         order = order or list(timeline.order)
     return counts, order
-
-
-def record_overlap(ctx: RankContext, cap: str, x: torch.Tensor, iterations: int, width: int,
-                   depth: int) -> dict:
-    """One timed backward (after the buckets were rebuilt) with a recording communication hook."""
-    torch.manual_seed(0)
-    model = layer_stack(width, depth)
-    ddp = wrap_ddp(model, ctx.device, **ddp_kwargs(cap))
-    timeline = Timeline(list(model.parameters()))
-    ddp.register_comm_hook(None, timeline.comm_hook)
-    for _ in range(iterations):
-        timeline.reset()
-        loss = ddp(x).square().mean()
-        backward_called = time.perf_counter() - timeline.start
-        loss.backward()  # 이 호출 안에서 훅이 버킷마다 All-Reduce를 시작한다
-        backward_returned = time.perf_counter() - timeline.start
-    return {"ready": [timeline.ready[i] for i in range(len(timeline.ready))], "buckets": timeline.launched,
-            "backward_called": backward_called, "backward_returned": backward_returned}
 
 
 class BucketsRecord(Described):

@@ -36,52 +36,14 @@ from ..params import Float, Int
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_equal, check_true, not_applicable
 from ..tools import flight_recorder, pyspy
-from ..tools.comms import quiet_stderr
+from ..tools.hangs import HANG_MARK, _store, fall_behind, is_skipper, one_all_reduce_fewer, skip_barrier
 
 # gloo's own words (torch 2.13): rank 0 names the ranks that never arrived; the others only wait for rank 0.
 NAMED_RANKS = re.compile(r"Ranks? ([\d, ]+?) (?:failed to pass|timed out in) monitoredBarrier")
 # torch's flight-recorder analyzer (torch.distributed.flight_recorder, 2.13): the first collective some ranks missed.
 FR_MISSING = re.compile(r"Not all ranks joining collective, sequence number: (\d+).*?missing ranks: \{([\d, ]*)\}", re.S)
-HANG_MARK = "# 멈춘 자리"  # the lines where the ranks wait in the hang (the stack dumps must show these lines)
+HANG_FILE = "labs/tools/hangs.py"  # where the ranks wait: the hangs themselves (labs.tools.hangs)
 _SETTLE = 0.2  # seconds between the last rank seeing that the others wait and reading the stacks
-
-
-def skip_barrier(ctx: RankContext, group, timeout_s: float) -> tuple[str, float]:
-    """The last rank never arrives; everyone else calls ``monitored_barrier`` (error text, seconds waited)."""
-    if ctx.world_size > 1 and ctx.rank == ctx.world_size - 1:
-        return "", 0.0  # 이 랭크는 barrier를 건너뛴다
-    start = time.perf_counter()
-    try:
-        with quiet_stderr():  # gloo가 같은 오류를 로그 줄로도 쓴다: 여기서는 예외의 글만 기록한다
-            dist.monitored_barrier(group=group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
-        error = ""
-    except RuntimeError as exc:  # 랭크 0: 오지 않은 랭크의 번호, 나머지: 랭크 0을 보라는 말
-        error = str(exc)
-    return error, time.perf_counter() - start
-
-
-def is_skipper(ctx: RankContext) -> bool:
-    return ctx.world_size > 1 and ctx.rank == ctx.world_size - 1
-
-
-def one_all_reduce_fewer(ctx: RankContext, group, collectives: int) -> str:
-    """Every rank issues ``collectives`` all_reduces; all but the last issue one more (it times out)."""
-    x = torch.ones(4)
-    for _ in range(collectives):
-        dist.all_reduce(x, group=group)
-    if is_skipper(ctx):
-        return ""  # 이 랭크는 마지막 all_reduce를 건너뛴다
-    _store().set(f"hangs/waiting/{ctx.rank}", "1")  # 스택을 읽는 쪽에 "이제 기다린다"고 알린다
-    try:
-        with quiet_stderr():
-            dist.all_reduce(x, group=group)  # 멈춘 자리: 상대가 오지 않으므로 그룹의 timeout에 끝난다
-        return ""
-    except RuntimeError as exc:
-        return str(exc)
-
-
-def _store():
-    return dist.distributed_c10d._get_default_store()
 
 
 class StackReader(threading.Thread):
@@ -111,23 +73,6 @@ def read_stacks_later(ctx: RankContext, pids: list[int], timeout_s: float) -> St
     thread.result = []
     thread.start()
     return thread
-
-
-def gloo_timeout_files():
-    """Point the flight recorder's dump-file prefix (``TORCH_FR_DUMP_TEMP_FILE``) at an empty temporary
-    folder; the returned function lists what landed there, the second one puts everything back."""
-    folder = tempfile.mkdtemp(prefix="labs-fr-timeout-")
-    saved = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
-    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(folder, "rank_")
-
-    def restore():
-        if saved is None:
-            os.environ.pop("TORCH_FR_DUMP_TEMP_FILE", None)
-        else:
-            os.environ["TORCH_FR_DUMP_TEMP_FILE"] = saved
-        shutil.rmtree(folder, ignore_errors=True)
-
-    return (lambda: sorted(os.listdir(folder))), restore
 
 
 def collect_flight_records(ctx: RankContext, groups: list) -> dict:
@@ -188,13 +133,7 @@ def rank_fn(ctx: RankContext, timeout_s: float, collectives: int) -> HangsRecord
     pids: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(pids, os.getpid())
     reader = read_stacks_later(ctx, pids, timeout_s) if is_skipper(ctx) else None
-    landed, restore = gloo_timeout_files()
-    try:
-        wait_error = one_all_reduce_fewer(ctx, record_group, collectives)
-        dist.barrier()  # 멈춘 자리: 건너뛴 랭크는 다음 집합 통신으로 가서 나머지 랭크의 timeout까지 기다린다
-        timeout_files = landed()
-    finally:
-        restore()
+    wait_error, timeout_files = fall_behind(ctx, record_group, collectives)
     fr_error, fr_entries, fr_total = flight_record(record_group)
     fr_files = collect_flight_records(ctx, [dist.group.WORLD, barrier_group, record_group])
     if reader is not None:
@@ -221,16 +160,16 @@ def source_line(fn, mark: str = HANG_MARK) -> int:
 
 def hang_site(frames: list) -> list | None:
     """Where a stack waits: the innermost frame's function and file name, and the innermost frame of
-    this file as ``[function, line]`` (``None`` for an empty stack)."""
-    here = [[fn, line] for fn, file, line in frames if Path(file).name == Path(__file__).name]
+    :data:`HANG_FILE` as ``[function, line]`` (``None`` for an empty stack)."""
+    here = [[fn, line] for fn, file, line in frames if Path(file).as_posix().endswith(HANG_FILE)]
     return [frames[0][0], Path(frames[0][1]).name, here[0] if here else None] if frames else None
 
 
 def expected_sites(n: int) -> list[list]:
-    """From this file's source: the ranks that called the last all_reduce wait in it, the skipping rank in
-    the barrier after it."""
+    """From the source of :data:`HANG_FILE`: the ranks that called the last all_reduce wait in it, the skipping
+    rank in the barrier after it."""
     waiting = ["all_reduce", "distributed_c10d.py", ["one_all_reduce_fewer", source_line(one_all_reduce_fewer)]]
-    return [waiting] * (n - 1) + [["barrier", "distributed_c10d.py", ["rank_fn", source_line(rank_fn)]]]
+    return [waiting] * (n - 1) + [["barrier", "distributed_c10d.py", ["fall_behind", source_line(fall_behind)]]]
 
 
 def fr_missing(report: str) -> list | None:

@@ -23,41 +23,31 @@ from __future__ import annotations
 
 import copy
 import itertools
-import os
-import threading
-import time
 from typing import Any, TypedDict
 
 import torch
-import torch.distributed as dist
-from torch import nn
 
 from ..context import Described, RankContext
+from ..ddp.update import train_replica
 from ..params import Choice, Float, Int, ListOf, seed
 from ..registry import Lab
 from ..result import Check, RankRecords, Summary, check_at_most, check_close, check_equal, check_true
-from ..tools.comms import CollectiveCounter
+from ..tools.dataparallel import DP_STEPS, dataparallel_part, sharding_model
 from ..tools.models import (
+    adam_step_memory,
     count_parameters,
     fingerprint,
-    flat_parameters,
-    held,
-    local_shard,
-    mse_backward,
     rank_batch,
     shard_with_fsdp,
     synthetic_regression,
-    tiny_mlp,
     wrap_ddp,
 )
-from ..tools.primitives import sync
 
 PARTS = ("sharding", "drift", "dataparallel")
 MEMORY_KINDS = ("params", "grads", "optimizer_state")
 # 동기화하지 않은 복제본 사이의 L2 거리가 넘어야 하는 값: float32 반올림이 만드는 거리(파라미터 노름의 1e-7 배 정도)보다
 # 뚜렷이 크다. 인자 범위의 가장 느린 구석(η 0.01, B/N 1024, 2스텝)에서도 갈라짐이 이보다 크다(잰 값은 이 파일의 테스트)
 DRIFT_THRESHOLD = 1e-5
-DP_STEPS = 3  # DataParallel과 DDP의 스텝 시간을 재는 스텝 수
 
 
 def wanted_parts(parts: tuple[str, ...]) -> list[str]:
@@ -65,27 +55,7 @@ def wanted_parts(parts: tuple[str, ...]) -> list[str]:
     return [p for p in PARTS if p in parts]
 
 
-def sharding_model(hidden: int) -> nn.Module:
-    """The model of the sharding and DataParallel parts: 16 → hidden → 8."""
-    return tiny_mlp(in_features=16, hidden=hidden, out_features=8)
-
-
 # --- 1) sharding: DDP holds everything on every rank, FSDP holds ~1/N --------------------------
-
-def adam_step_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> dict:
-    """One Adam step; what the rank then holds, and the collectives of forward and backward."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    with CollectiveCounter() as forward:
-        loss = nn.functional.mse_loss(model(x), y)
-    with CollectiveCounter() as backward:
-        loss.backward()
-    optimizer.step()
-    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    params = list(model.parameters())
-    return {"params": held(params), "grads": held(p.grad for p in params if p.grad is not None),
-            "optimizer_state": held(state), "shapes": [list(local_shard(p).shape) for p in params],
-            "forward": forward.items, "backward": backward.items}
-
 
 def sharding_part(ctx: RankContext, hidden: int, per_rank_batch: int, lr: float, seed: int) -> dict:
     torch.manual_seed(seed)
@@ -101,31 +71,6 @@ def sharding_part(ctx: RankContext, hidden: int, per_rank_batch: int, lr: float,
 
 # --- 2) drift: without gradient synchronization the replicas drift apart -------------------------
 
-def full_data_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float(nn.functional.mse_loss(model(x), y))
-
-
-def train_replica(ctx: RankContext, synced: bool, data: tuple, steps: int, per_rank_batch: int,
-                  batches_per_epoch: int, lr: float, seed: int) -> dict:
-    """SGD on this rank's shard, cycling over its mini-batches; records after every step."""
-    torch.manual_seed(seed)  # 모든 랭크가 같은 초기값에서 출발한다
-    plain = tiny_mlp().to(ctx.device)
-    model = wrap_ddp(plain, ctx.device) if synced else plain  # DDP는 plain을 감쌀 뿐: 파라미터는 같은 텐서
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    x_all, y_all = (t.to(ctx.device) for t in data)
-    record: dict[str, Any] = {"params": [flat_parameters(plain).tolist()], "full_loss": [full_data_loss(plain, x_all, y_all)]}
-    for step in range(steps):
-        xb, yb = rank_batch(x_all, y_all, ctx.rank, ctx.world_size, per_rank_batch, step % batches_per_epoch)
-        mse_backward(model, xb, yb)  # DDP: 여기서 그래디언트 평균. 맨 모듈: 자기 g_i 그대로
-        optimizer.step()
-        optimizer.zero_grad()
-        record["params"].append(flat_parameters(plain).tolist())
-        record["full_loss"].append(full_data_loss(plain, x_all, y_all))
-    record["fingerprint"] = fingerprint(plain)
-    return record
-
-
 def drift_part(ctx: RankContext, steps: int, per_rank_batch: int, batches_per_epoch: int, lr: float,
                seed: int) -> dict:
     data = synthetic_regression(ctx.world_size * per_rank_batch * batches_per_epoch, seed=seed)
@@ -135,83 +80,6 @@ def drift_part(ctx: RankContext, steps: int, per_rank_batch: int, batches_per_ep
 
 
 # --- 3) DataParallel: one process with threads vs one process per rank ------------------------
-
-class CountingDataParallel(nn.DataParallel):
-    """``nn.DataParallel`` that counts the four things its ``forward`` does on every call."""
-
-    COUNTED = ("scatter", "replicate", "parallel_apply", "gather")
-
-    def __init__(self, module: nn.Module, **kwargs):
-        super().__init__(module, **kwargs)
-        self.calls = dict.fromkeys(self.COUNTED, 0)
-        for name in self.COUNTED:  # forward()가 부르는 self.scatter 등을 세는 함수로 바꿔 끼운다
-            setattr(self, name, self._counted(name, getattr(self, name)))
-
-    def _counted(self, name: str, method):
-        def counted(*args, **kwargs):
-            self.calls[name] += 1
-            return method(*args, **kwargs)
-        return counted
-
-
-def where_forward_runs(module: nn.Module) -> list:
-    """Register a hook that appends (pid, thread id) each time the first layer runs forward."""
-    seen = []
-    first = next(m for m in module.modules() if isinstance(m, nn.Linear))
-    first.register_forward_pre_hook(lambda *_: seen.append([os.getpid(), threading.get_ident()]))
-    return seen
-
-
-def timed_steps(model: nn.Module, batches, device: torch.device, lr: float) -> list[float]:
-    """Seconds per SGD step (forward, backward, update) over ``batches``."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    times = []
-    for x, y in batches:
-        sync(device)
-        start = time.perf_counter()
-        mse_backward(model, x, y)
-        optimizer.step()
-        optimizer.zero_grad()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def measure_dataparallel(model: nn.Module, data: tuple, steps: int, lr: float) -> dict:
-    """DataParallel over every visible GPU (none on a CPU machine), on the whole global batch."""
-    gpus = torch.cuda.device_count()
-    device = torch.device("cuda", 0) if gpus else torch.device("cpu")
-    model = model.to(device)
-    dp = CountingDataParallel(model)
-    seen = where_forward_runs(model)
-    x, y = (t.to(device) for t in data)
-    with torch.no_grad():
-        same_as_module = bool(torch.equal(dp(x), model(x)))
-    dp.calls = dict.fromkeys(dp.calls, 0)
-    del seen[:]
-    times = timed_steps(dp, [(x, y)] * steps, device, lr)
-    return {"device_ids": list(dp.device_ids), "gpus": gpus, "calls": dp.calls, "forward_where": seen,
-            "step_seconds": times, "output_equals_module": same_as_module, "pid": os.getpid(),
-            "main_thread": threading.main_thread().ident}
-
-
-def dataparallel_part(ctx: RankContext, hidden: int, per_rank_batch: int, steps: int, lr: float,
-                      seed: int) -> dict:
-    data = synthetic_regression(ctx.world_size * per_rank_batch, in_features=16, out_features=8, seed=seed)
-    torch.manual_seed(seed)
-    ddp = wrap_ddp(sharding_model(hidden), ctx.device)
-    seen = where_forward_runs(ddp.module)
-    x, y = (t.to(ctx.device) for t in rank_batch(*data, ctx.rank, ctx.world_size, per_rank_batch))
-    record: dict[str, Any] = {"pid": os.getpid(), "ppid": os.getppid(), "main_thread": threading.main_thread().ident,
-              "threads_alive": threading.active_count(),
-              "ddp_step_seconds": timed_steps(ddp, [(x, y)] * steps, ctx.device, lr), "forward_where": seen}
-    dist.barrier()  # 모든 랭크의 DDP 측정이 끝난 뒤, 랭크 0만 DataParallel을 재고 나머지는 기다린다
-    if ctx.rank == 0:
-        torch.manual_seed(seed)
-        record["dataparallel"] = measure_dataparallel(sharding_model(hidden), data, steps, lr)
-    dist.barrier()
-    return record
-
 
 class MythsRecord(Described):
     """What each rank of the 'myths' lab returns."""

@@ -16,43 +16,32 @@ the float32 tolerance with more (see :func:`resume_tolerance`).
 
 from __future__ import annotations
 
-import itertools
 import os
-import tempfile
-from pathlib import Path
 from typing import Any, TypedDict, cast
 
 import torch
-from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from ..context import Described, RankContext
 from ..ddp.reference import train_reference
+from ..ddp.train_phases import phase_collectives
 from ..ddp.train_script import (
     TrainConfig,
-    evaluate,
-    global_mean,
     load_digits_split,
-    make_ddp_model,
     make_loader,
     per_rank_batch,
     run_config,
     run_summary,
-    save_checkpoint,
-    sgd,
     train,
-    train_one_epoch,
 )
 from ..errors import LabConfigError
 from ..params import Bool, Float, Folder, Int, seed
 from ..registry import Lab
 from ..result import LabResult, Summary, check_close, check_equal, not_applicable
-from ..tools.checkpoint_folder import CHECKPOINT_NAME, FOLDER_FILES, checkpoint_folder, folder_conflict
+from ..tools.checkpoint_folder import FOLDER_FILES, folder_conflict
 from ..tools.comms import CollectiveCounter
 from ..tools.models import index_dataset
 from ..tools.primitives import max_abs_diff
-
-COUNTED_STEPS = 3  # 학습 스텝 1, 2(버킷 재구성), 3(그 뒤의 모든 스텝과 같음)
 
 # PyTorch c10d의 DDP 테스트(test_c10d_common.py 등)가 DDP 모델과 기준 모델을 비교할 때 쓰는 허용 오차
 RTOL, ATOL = 1.3e-6, 5e-5
@@ -71,36 +60,6 @@ def epoch_orders(dataset_size: int, world_size: int, rank: int, seed: int, epoch
             sampler.set_epoch(epoch)
         orders.append(list(sampler))
     return orders
-
-
-def phase_collectives(ctx: RankContext, cfg: TrainConfig, train_set: TensorDataset,
-                      test_set: TensorDataset) -> dict:
-    """The collectives of each phase of the training script, one phase at a time, with the script's own
-    functions: building the DDP model, taking the checkpoint folder (rank 0's answer, a broadcast), the first
-    ``COUNTED_STEPS`` training steps, the evaluation, the logged loss and the checkpoint (its barrier)."""
-    with CollectiveCounter() as construct:
-        model = make_ddp_model(cfg, ctx)
-    with tempfile.TemporaryDirectory(prefix="ddp-ch6-phases-") as tmp, CollectiveCounter() as prepare:
-        with checkpoint_folder(tmp, run_config(cfg, ctx.world_size), False, ctx):
-            pass
-    optimizer = sgd(model, cfg)
-    sampler, loader = make_loader(train_set, cfg, ctx.world_size, ctx.rank)
-    sampler.set_epoch(0)
-    steps, loss_sum, count = [], torch.zeros(()), 0
-    for batch in itertools.islice(loader, COUNTED_STEPS):
-        with CollectiveCounter() as step:
-            step_loss, step_count = train_one_epoch(model, [batch], optimizer, ctx.device)
-        steps.append(step.as_dict())
-        loss_sum, count = loss_sum + step_loss.cpu(), count + step_count
-    with CollectiveCounter() as evaluation:
-        evaluate(model.module, test_set, ctx)
-    with CollectiveCounter() as logged:
-        global_mean(loss_sum.to(ctx.device), count, ctx.device)
-    with tempfile.TemporaryDirectory(prefix="ddp-ch6-phases-") as tmp, CollectiveCounter() as checkpoint:
-        save_checkpoint(Path(tmp) / CHECKPOINT_NAME, model, optimizer, 1, [], ctx)
-    return {"construct": construct.as_dict(), "prepare": prepare.as_dict(), "steps": steps,
-            "evaluate": evaluation.as_dict(),
-            "log": logged.as_dict(), "checkpoint": checkpoint.as_dict()}
 
 
 class TrainRecord(Described):

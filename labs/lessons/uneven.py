@@ -15,34 +15,18 @@ ranks shadow those All-Reduces with zeros until every rank is done.
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, TypedDict, cast
 
 import torch
-import torch.distributed as dist
-from torch.distributed.algorithms.join import Join
 
 from ..context import Described, RankContext
-from ..ddp.uneven import fix_gradients, pad_to
+from ..ddp.uneven import fix_gradients, join_training, pad_to, rank_counts, reference_grad
 from ..params import Bool, Float, Int, seed
 from ..registry import Lab
 from ..result import Check, Summary, check_at_least, check_close, check_equal, largest, not_applicable
-from ..tools.comms import CollectiveCounter
-from ..tools.models import fingerprint, flat_gradients, mse_backward, synthetic_regression, tiny_mlp, wrap_ddp
+from ..tools.models import synthetic_regression, tiny_mlp, wrap_ddp
 
 FIXES = ("naive", "weighted", "drop_last", "pad")
-
-
-def rank_counts(world_size: int, base: int, extra: int) -> list[int]:
-    """Samples (or batches) per rank: rank r gets ``base + r·extra``."""
-    return [base + r * extra for r in range(world_size)]
-
-
-def reference_grad(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The mean-loss gradient over all rows of ``x`` in one process (``.grad`` is not touched)."""
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
-    return torch.cat([g.reshape(-1).to("cpu", torch.float64) for g in grads])
 
 
 def references(model: torch.nn.Module, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -71,38 +55,6 @@ def uneven_batches(ctx: RankContext, base_batch: int, extra: int, seed: int) -> 
             "max_diff": {k: float((got[k] - want[k]).abs().max()) for k in FIXES},
             "pad_vs_full": float((got["pad"] - want["full"]).abs().max()),
             "grad_scale": float(want["full"].abs().max())}
-
-
-def join_training(ctx: RankContext, join_batches: int, extra_batches: int, batch: int, lr: float,
-                  seed: int, join: bool = True) -> dict:
-    """Rank r trains on ``join_batches + r·extra_batches`` batches inside ``Join([ddp])``."""
-    counts = rank_counts(ctx.world_size, join_batches, extra_batches)
-    x, y = (t.to(ctx.device) for t in synthetic_regression(sum(counts) * batch, seed=seed + 1))
-    start = sum(counts[:ctx.rank]) * batch
-    others = max((c for r, c in enumerate(counts) if r != ctx.rank), default=0)
-    torch.manual_seed(seed)
-    model = tiny_mlp()
-    ddp = wrap_ddp(model, ctx.device)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    steps, solo_diff, solo_scale = [], [], []
-    with CollectiveCounter() as counter:
-        dist.barrier()  # 모든 랭크의 시계 0초를 맞춘다(타임라인용)
-        began = time.perf_counter()
-        with Join([ddp], enable=join):  # 먼저 끝난 랭크는 남은 랭크의 All-Reduce에 0을 내며 따라간다
-            for step in range(counts[ctx.rank]):
-                rows = slice(start + step * batch, start + (step + 1) * batch)
-                local = reference_grad(model, x[rows], y[rows])  # 확인용: 통신 없이 계산한 내 그래디언트
-                t0 = time.perf_counter() - began
-                optimizer.zero_grad(set_to_none=True)
-                mse_backward(ddp, x[rows], y[rows])
-                if step >= others:  # 나머지 랭크가 모두 Join한 뒤: 혼자 남은 반복
-                    solo_diff.append(float((flat_gradients(model) - local / ctx.world_size).abs().max()))
-                    solo_scale.append(float((local / ctx.world_size).abs().max()))
-                optimizer.step()
-                steps.append([t0, time.perf_counter() - began])
-        left = time.perf_counter() - began  # Join을 빠져나온 시각: 모든 랭크가 끝난 뒤
-    return {"iterations": len(steps), "steps": steps, "left_join": left, "all_reduce": counter.counts["all_reduce"],
-            "solo_diff": solo_diff, "solo_scale": solo_scale, "fingerprint": fingerprint(model)}
 
 
 class UnevenRecord(Described):

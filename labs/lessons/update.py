@@ -9,72 +9,19 @@ longer averaged and the replicas drift apart (the preview of chapter 11).
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Literal, TypedDict
 
 import torch
 
 from ..context import Described, RankContext
+from ..ddp.update import TrainRun, train
 from ..params import Float, Int, seed
 from ..registry import Lab
 from ..result import Summary, check_close, check_equal
-from ..tools.comms import CollectiveCounter
-from ..tools.models import (
-    fingerprint,
-    fingerprint_tensors,
-    flat_parameters,
-    mse_backward,
-    rank_batch,
-    synthetic_regression,
-    tiny_mlp,
-    wrap_ddp,
-)
-from ..tools.primitives import make_optimizer
 
 Run = Literal["sgd", "adam", "no_sync"]
 # (이름, 옵티마이저, 그래디언트 동기화 여부)
 RUNS: tuple[tuple[Run, str, bool], ...] = (("sgd", "sgd", True), ("adam", "adam", True), ("no_sync", "sgd", False))
-
-
-class TrainRun(TypedDict):
-    """One run of :func:`train` on one rank: after every step (and before the first)."""
-
-    params: list[list[float]]
-    fingerprints: list[str]
-    train_collectives: list[dict[str, int]]  # 스텝마다 순전파·역전파의 집합 통신 수
-    step_collectives: list[dict[str, int]]   # 스텝마다 optimizer.step()의 집합 통신 수
-    optimizer_state: str
-
-
-def optimizer_state_fingerprint(optimizer: torch.optim.Optimizer) -> str:
-    """A hash of every state tensor (momentum buffers, Adam's exp_avg/exp_avg_sq, step counts)."""
-    return fingerprint_tensors(value for per_param in optimizer.state.values()
-                               for _, value in sorted(per_param.items()) if torch.is_tensor(value))
-
-
-def train(ctx: RankContext, optimizer: str, synced: bool, steps: int, per_rank_batch: int,
-          lr: float, seed: int) -> TrainRun:
-    """``steps`` updates on this rank's B/N samples per step; records after every step."""
-    torch.manual_seed(seed)
-    model = wrap_ddp(tiny_mlp(), ctx.device)
-    opt = make_optimizer(optimizer, model.parameters(), lr)
-    x, y = synthetic_regression(steps * ctx.world_size * per_rank_batch, seed=seed)
-    x, y = x.to(ctx.device), y.to(ctx.device)
-    record: TrainRun = {"params": [flat_parameters(model.module).tolist()], "fingerprints": [fingerprint(model.module)],
-                        "train_collectives": [], "step_collectives": [], "optimizer_state": ""}
-    for step in range(steps):
-        xb, yb = rank_batch(x, y, ctx.rank, ctx.world_size, per_rank_batch, step)  # 이 스텝 전역 배치 중 내 몫
-        with CollectiveCounter() as in_fwd_bwd, (nullcontext() if synced else model.no_sync()):
-            mse_backward(model, xb, yb)  # DDP: 여기서 그래디언트 All-Reduce
-        with CollectiveCounter() as in_step:
-            opt.step()  # w ← w − η g: 각 랭크가 자기 복사본에서 혼자 계산한다
-        opt.zero_grad()
-        record["train_collectives"].append(in_fwd_bwd.as_dict())
-        record["step_collectives"].append(in_step.as_dict())
-        record["params"].append(flat_parameters(model.module).tolist())
-        record["fingerprints"].append(fingerprint(model.module))
-    record["optimizer_state"] = optimizer_state_fingerprint(opt)
-    return record
 
 
 class UpdateRecord(Described):

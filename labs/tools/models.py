@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
+from .comms import CollectiveCounter
 from .primitives import device_ids
 
 
@@ -136,6 +137,21 @@ def held(tensors) -> dict:
     """Elements and bytes this rank really stores for ``tensors`` (its own shard for DTensors)."""
     local = [local_shard(t) for t in tensors]
     return {"numel": sum(t.numel() for t in local), "bytes": sum(t.numel() * t.element_size() for t in local)}
+
+
+def adam_step_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> dict:
+    """One Adam step; what the rank then holds, and the collectives of forward and backward."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    with CollectiveCounter() as forward:
+        loss = nn.functional.mse_loss(model(x), y)
+    with CollectiveCounter() as backward:
+        loss.backward()
+    optimizer.step()
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    params = list(model.parameters())
+    return {"params": held(params), "grads": held(p.grad for p in params if p.grad is not None),
+            "optimizer_state": held(state), "shapes": [list(local_shard(p).shape) for p in params],
+            "forward": forward.items, "backward": backward.items}
 
 
 def shard_with_fsdp(model: nn.Module, device: torch.device, world_size: int,

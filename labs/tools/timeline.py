@@ -1,14 +1,21 @@
 """When each gradient of one backward became ready, and when each DDP bucket's All-Reduce started and finished.
 
-Chapter 7 reads torch DDP's buckets with it (through a communication hook) and chapter 9 times its own DDPs.
+Chapter 7 reads torch DDP's buckets with it (through a communication hook, :func:`record_overlap`) and chapter 9
+times its own DDPs.
 """
 
 from __future__ import annotations
 
 import time
 
+import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+from ..context import RankContext
+from .models import layer_stack, wrap_ddp
+
+DEFAULT = "default"  # bucket_cap_mb를 주지 않은 경우(DDP 기본값)
 
 
 class Timeline:
@@ -44,3 +51,26 @@ class Timeline:
             return fut.value()
 
         return allreduce_hook(state, bucket).then(finished)
+
+
+def ddp_kwargs(cap: str) -> dict:
+    """DDP keyword arguments for one cap: ``default`` passes nothing, so DDP picks its own."""
+    return {} if cap == DEFAULT else {"bucket_cap_mb": float(cap)}
+
+
+def record_overlap(ctx: RankContext, cap: str, x: torch.Tensor, iterations: int, width: int,
+                   depth: int) -> dict:
+    """One timed backward (after the buckets were rebuilt) with a recording communication hook."""
+    torch.manual_seed(0)
+    model = layer_stack(width, depth)
+    ddp = wrap_ddp(model, ctx.device, **ddp_kwargs(cap))
+    timeline = Timeline(list(model.parameters()))
+    ddp.register_comm_hook(None, timeline.comm_hook)
+    for _ in range(iterations):
+        timeline.reset()
+        loss = ddp(x).square().mean()
+        backward_called = time.perf_counter() - timeline.start
+        loss.backward()  # 이 호출 안에서 훅이 버킷마다 All-Reduce를 시작한다
+        backward_returned = time.perf_counter() - timeline.start
+    return {"ready": [timeline.ready[i] for i in range(len(timeline.ready))], "buckets": timeline.launched,
+            "backward_called": backward_called, "backward_returned": backward_returned}

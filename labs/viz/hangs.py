@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_LAB_FILE = "hangs.py"
+_LAB_FILE = "hangs.py"  # the lab (labs/lessons/hangs.py) and the hangs it makes (labs/tools/hangs.py)
 _ANALYZER_LINES = ("Not all ranks joining collective", "collective:", "missing ranks:", "expected ranks:")
 
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from ...context import Described, RankContext
 from ...ddp.allreduce import average_gradients
-from ...ddp.ring import P2P, pipelined_ring_all_reduce_, ring_all_reduce_
+from ...ddp.ring import P2P, all_reduce_fns, pipelined_ring_all_reduce_, ring_all_reduce_
 from ...ddp.step import make_train_step
 from ...params import Int, ListOf
 from ...tools.comms import CollectiveCounter, written_bytes
@@ -66,12 +66,6 @@ def copy_seconds(ctx: RankContext, nbytes: int, warmup: int, repeats: int) -> di
     seconds = time_calls({"alone": copy if ctx.is_main else (lambda: None), "together": copy},
                          ctx.device, warmup, repeats)
     return {"bytes": nbytes, **seconds}
-
-
-def all_reduce_fns(buf: torch.Tensor, segment_bytes: int) -> dict:
-    """The three All-Reduce implementations on ``buf`` (sum, in place), by name."""
-    return {"library": lambda: dist.all_reduce(buf), "ring": lambda: ring_all_reduce_(buf, P2P()),
-            "pipelined": lambda: pipelined_ring_all_reduce_(buf, P2P(), segment_bytes)}
 
 
 def allreduce_seconds(ctx: RankContext, sizes: list[int], warmup: int, repeats: int,
