@@ -52,8 +52,8 @@ def _fmt(value) -> str:
 
 
 def course_summary_table(runs: dict):
-    """The course's core claims with the values measured by ``runs`` ({run name of RUNS: LabResult}), as two
-    tables (chapters 1–7, then 8 on) so neither grows taller than a screenful or two."""
+    """The course's core claims with the values measured by ``runs`` ({run name of RUNS: LabResult}), as three
+    tables (chapters 1–4, 5–7, 8 on) so none grows taller than two phone screens."""
     from IPython.display import HTML
 
     rows = []
@@ -61,8 +61,10 @@ def course_summary_table(runs: dict):
         c = runs[run].checks[check]
         rows.append([chapter, claim, f"{check} ({runs[run].lab}, N={runs[run].world_size})",
                      f"{meaning}: {_fmt(c.value)}" + ("" if c.ok else " (실패)")])
-    split = next(i for i, (chapter, *_) in enumerate(SUMMARY) if chapter.startswith("8장"))
+    # 장 묶음마다 표 하나: 휴대폰에서도 표 하나가 두 화면을 넘지 않게 (1–4장, 5–7장, 8장부터)
+    starts = [next(i for i, (chapter, *_) in enumerate(SUMMARY) if chapter.startswith(first)) for first in ("5장", "8장")]
     headers = ["장", "주장", "확인 항목 (실습, N)", "측정값"]
-    caption = "코스 요약 ({}): 장마다의 핵심 주장과 이 페이지를 빌드할 때 측정한 값"
-    return HTML(html_table(headers, rows[:split], caption.format("1–7장"), wide_only=(2,)).data
-                + html_table(headers, rows[split:], caption.format("8–13장"), wide_only=(2,)).data)
+    caption = "코스 요약 ({}): 장마다의 핵심 주장과 이 페이지를 만들 때 측정한 값"
+    parts = zip(("1–4장", "5–7장", "8–13장"), [0, *starts], [*starts, len(rows)])
+    return HTML("".join(html_table(headers, rows[a:b], caption.format(label), wide_only=(2,)).data
+                        for label, a, b in parts))
