@@ -229,6 +229,15 @@ def chromium():
             browser.close()
 
 
+def assert_checks_hold(result, not_applicable: set[str] | None = None) -> None:
+    """The part of a lab's contract every run keeps: every check passes (or is not applicable), says in Korean
+    what it compares, and the checks that are not applicable are exactly ``not_applicable`` (when given)."""
+    assert result.ok, result.report()
+    assert result.checks and all(has_hangul(c.description) for c in result.checks.values()), result.report()
+    if not_applicable is not None:
+        assert {name for name, c in result.checks.items() if not c.applicable} == not_applicable, result.report()
+
+
 def summarize_again(lab_module, ranks: list[dict], backend: str, **params):
     """The engine's summary of ``ranks`` (records of a real run, maybe altered) with the lab's
     defaults updated by ``params``: what ``labs.run`` would have returned for those records."""
