@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import parallel  # noqa: E402
 import site_server  # noqa: E402
 from parallel import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure  # noqa: E402,F401  (hooks: xdist rules)
 
+import labs.launch  # noqa: E402
 from labs.errors import LabCheckFailed  # noqa: E402
 from labs.grading import diagnosis, failed_checks, report  # noqa: E402
 from labs.replay import RECORD_ENV, REPLAY_ENV  # noqa: E402
@@ -60,6 +62,28 @@ def clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and k not in REPLAY_VARS}
     env.update(extra)
     return env
+
+
+def write_source(folder: Path, name: str, text: str) -> str:
+    """Write ``text`` (dedented) to ``folder / name`` as a reader would save it; the path as a string."""
+    path = folder / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return str(path)
+
+
+def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``python -m labs grade ARGS`` as a reader types it (no torchrun variables, no replay)."""
+    return subprocess.run([sys.executable, "-m", "labs", "grade", *args], capture_output=True, text=True,
+                          encoding="utf-8", timeout=timeout, env=clean_env())
+
+
+@pytest.fixture
+def no_spawn(monkeypatch):
+    """Bad input must be refused before any rank starts: starting one fails the test."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("bad input must be rejected before spawning any rank")
+
+    monkeypatch.setattr(labs.launch, "spawn_ranks", forbidden)
 
 
 def run_two_rank_script(folder: Path, source: str) -> tuple[str, list[dict]]:
@@ -203,6 +227,15 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+def assert_checks_hold(result, not_applicable: set[str] | None = None) -> None:
+    """The part of a lab's contract every run keeps: every check passes (or is not applicable), says in Korean
+    what it compares, and the checks that are not applicable are exactly ``not_applicable`` (when given)."""
+    assert result.ok, result.report()
+    assert result.checks and all(has_hangul(c.description) for c in result.checks.values()), result.report()
+    if not_applicable is not None:
+        assert {name for name, c in result.checks.items() if not c.applicable} == not_applicable, result.report()
 
 
 def summarize_again(lab_module, ranks: list[dict], backend: str, **params):

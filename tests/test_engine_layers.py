@@ -15,54 +15,12 @@ module through its ``Lab``, so the engine never imports a lesson.
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-LABS = REPO / "labs"
+from import_graph import cycle_edges, import_graph
 
 # What labs/ddp may import from labs/: the rank helpers, never the engine or a lesson.
 UPPER_LAYERS = ("labs.lessons", "labs.ddp", "labs.grading", "labs.viz", "labs.widgets")  # labs/tools/ imports none
 DDP_MAY_IMPORT = {"labs.context", "labs.errors"}  # and any of labs/tools/ (what rank functions share to measure)
 DOCTOR_RANK = "labs.doctor.rank"  # runs in the reader's process, loaded without labs/__init__ (rank/bootstrap.py)
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(LABS.rglob("*.py"))}
-
-
-def _resolve(module: str, path: Path, node: ast.ImportFrom | ast.Import, known: set[str]) -> set[str]:
-    """The labs modules one import statement loads (a name imported from a package counts if it is a submodule)."""
-    if isinstance(node, ast.Import):
-        return {alias.name for alias in node.names if alias.name in known}
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    if node.level:
-        base = package.split(".")
-        base = base[:len(base) - node.level + 1]
-        target = ".".join(base + ([node.module] if node.module else []))
-    else:
-        target = node.module or ""
-    loaded = {target} if node.module and target in known else set()
-    loaded |= {f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in known}
-    return loaded
-
-
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
-    known = set(modules)
-    graph: dict[str, set[str]] = {}
-    for module, path in modules.items():
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                edges |= _resolve(module, path, node, known)
-        graph[module] = edges - {module}
-    return graph
 
 
 def _is_lesson(module: str) -> bool:
@@ -71,22 +29,6 @@ def _is_lesson(module: str) -> bool:
 
 def _is_engine(module: str) -> bool:
     return module.count(".") == 1 or module == "labs"
-
-
-def _cycles(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    """Every import edge a → b that lies on a cycle, as the (a, b) pair sorted by name."""
-    def reaches(start: str, goal: str) -> bool:
-        seen, todo = set(), [start]
-        while todo:
-            node = todo.pop()
-            if node == goal:
-                return True
-            if node not in seen:
-                seen.add(node)
-                todo.extend(graph.get(node, ()))
-        return False
-
-    return {(min(a, b), max(a, b)) for a, edges in graph.items() for b in edges if reaches(b, a)}
 
 
 def _lesson_of(module: str) -> str:
@@ -111,7 +53,7 @@ def violations(graph: dict[str, set[str]]) -> set[tuple[str, str, str]]:
                 found.add(("doctor imports an upper layer", module, target))
             if module.startswith(DOCTOR_RANK) and not target.startswith(DOCTOR_RANK):
                 found.add(("doctor rank imports labs", module, target))
-    found |= {("cycle", a, b) for a, b in _cycles(graph)}
+    found |= {("cycle", a, b) for a, b in cycle_edges(graph)}
     return found
 
 

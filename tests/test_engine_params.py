@@ -20,7 +20,6 @@ import pytest
 from conftest import clean_env, has_hangul
 
 import labs
-import labs.launch
 from labs.cli import EXIT_BAD_INPUT, main
 from labs.ddp.train_script import TrainConfig, run_config
 from labs.errors import LabConfigError, LabError
@@ -106,14 +105,6 @@ def test_the_walk_covers_every_lab_and_most_parameters():
     assert {lab for lab, _, _ in walked} >= {name for name, lab in labs.all_labs().items() if lab.params}
     assert {case["trap"] for lab, case, _, _ in (c.values for c in CLI_CASES) if lab == "traps" and case} == \
         set(labs.get_lab("traps").cases)  # 함정마다 제 인자를 그 함정으로 걷는다
-
-
-@pytest.fixture
-def no_spawn(monkeypatch):
-    def forbidden(*args, **kwargs):
-        raise AssertionError("bad input must be rejected before spawning any rank")
-
-    monkeypatch.setattr(labs.launch, "spawn_ranks", forbidden)
 
 
 @pytest.mark.parametrize("lab, case, key, value", CLI_CASES)

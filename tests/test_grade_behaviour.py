@@ -8,13 +8,10 @@ error with exit 2 within the time limit, naming the reader's line. A few grader 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
-from conftest import clean_env, has_hangul
+from conftest import grade_cli, has_hangul, write_source
 
 import labs
 from labs.errors import EXIT_BAD_INPUT
@@ -308,19 +305,13 @@ EXPECTED = {
 SMALL = {"steps": 2}
 
 
-def write(tmp_path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return str(path)
-
-
 def classes_of(source: str) -> list[str]:
     return [line.split()[1].split("(")[0] for line in source.splitlines()
             if line.startswith("class ") and not line.startswith("class _")]
 
 
 def test_every_correct_style_passes(tmp_path):
-    path = write(tmp_path, "styles.py", STYLES)
+    path = write_source(tmp_path, "styles.py", STYLES)
     result = labs.grade(path, classes_of(STYLES), timeout=240, **SMALL)
     for name in classes_of(STYLES):
         assert diagnosis(result, name) is None, report(result)
@@ -330,7 +321,7 @@ def test_every_correct_style_passes(tmp_path):
 
 @pytest.fixture(scope="module")
 def bugs(tmp_path_factory):
-    path = write(tmp_path_factory.mktemp("bugs"), "bugs.py", BUGS)
+    path = write_source(tmp_path_factory.mktemp("bugs"), "bugs.py", BUGS)
     return labs.grade(path, list(EXPECTED), timeout=240, **SMALL)
 
 
@@ -382,11 +373,6 @@ class BucketedDDP(nn.Module):
 '''
 
 
-def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labs", "grade", *args], capture_output=True, text=True,
-                          encoding="utf-8", timeout=timeout, env=clean_env())
-
-
 @pytest.mark.parametrize("tail, words", [
     ("import sys\nsys.exit(0)\n", ("SystemExit", "my_ddp.py:{last}", "sys.exit(0)")),
     ("raise KeyboardInterrupt\n", ("KeyboardInterrupt", "my_ddp.py:{last}")),
@@ -395,7 +381,7 @@ def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 ], ids=["sys_exit", "keyboard_interrupt", "os_exit", "endless_import"])
 def test_a_bad_file_is_exit_2_in_korean_within_the_timeout(tmp_path, tail, words, no_leftover_children):
     source = HEADER + "\n" + tail
-    path = write(tmp_path, "my_ddp.py", source)
+    path = write_source(tmp_path, "my_ddp.py", source)
     lines = {"first": len(HEADER.splitlines()) + 2, "last": len(source.splitlines())}
     started = time.monotonic()
     proc = grade_cli(path, "--timeout", "10")
@@ -407,11 +393,7 @@ def test_a_bad_file_is_exit_2_in_korean_within_the_timeout(tmp_path, tail, words
     no_leftover_children()
 
 
-def test_classes_and_paths_are_refused_or_normalized_before_spawning(tmp_path, monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("ranks were spawned for bad input")
-
-    monkeypatch.setattr(labs.launch, "spawn_ranks", refuse)
+def test_classes_and_paths_are_refused_or_normalized_before_spawning(tmp_path, monkeypatch, no_spawn):
     with pytest.raises(GradeInputError, match="255"):
         labs.grade(tmp_path / ("가" * 100) / "my_ddp.py")
     with pytest.raises(GradeInputError, match="classes"):

@@ -4,27 +4,14 @@ hang or a traceback wall; the reference passes every check."""
 from __future__ import annotations
 
 import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
-from conftest import clean_env, has_hangul
+from conftest import grade_cli, has_hangul, write_source
 
 from labs.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_LAB_ERROR, EXIT_OK
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labs", "grade", *args], capture_output=True, text=True,
-                          encoding="utf-8", timeout=timeout, env=clean_env())
-
-
-def write(tmp_path, text: str):
-    path = tmp_path / "my_ddp.py"
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return str(path)
 
 
 def assert_korean_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -40,7 +27,7 @@ def test_missing_file(tmp_path):
 
 
 def test_syntax_error_names_the_line(tmp_path):
-    path = write(tmp_path, """\
+    path = write_source(tmp_path, "my_ddp.py", """\
         import torch
         class BucketedDDP(torch.nn.Module)
             pass
@@ -49,7 +36,7 @@ def test_syntax_error_names_the_line(tmp_path):
 
 
 def test_missing_class_suggests_the_close_name(tmp_path):
-    path = write(tmp_path, """\
+    path = write_source(tmp_path, "my_ddp.py", """\
         import torch
         class BucketDDP(torch.nn.Module):
             def finish_gradient_synchronization(self): pass
@@ -65,7 +52,7 @@ def test_missing_class_suggests_the_close_name(tmp_path):
      "    def finish_gradient_synchronization(self): pass\n", ("생성자", "extra")),
 ])
 def test_wrong_class_shape(tmp_path, source, words):
-    assert_korean_error(grade_cli(write(tmp_path, source)), EXIT_BAD_INPUT, *words)
+    assert_korean_error(grade_cli(write_source(tmp_path, "my_ddp.py", source)), EXIT_BAD_INPUT, *words)
 
 
 def test_bad_grade_parameter(tmp_path):
@@ -73,7 +60,7 @@ def test_bad_grade_parameter(tmp_path):
 
 
 def test_deadlock_ends_in_a_named_timeout(tmp_path, no_leftover_children):
-    path = write(tmp_path, """\
+    path = write_source(tmp_path, "my_ddp.py", """\
         import torch
         import torch.distributed as dist
         from labs.ddp.miniddp import PerParameterDDP as Reference

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
-from conftest import assert_gallery_bug, clean_env, has_hangul
+from conftest import assert_gallery_bug, clean_env, has_hangul, write_source
 
 import labs
 from labs.ddp.fsdp_bugs import BUGS
@@ -108,12 +107,6 @@ class LeafGather(nn.Module):
 '''
 
 
-def write(tmp_path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return str(path)
-
-
 @pytest.mark.parametrize("nproc", [1, 2, 3])
 def test_reference_passes_every_check(nproc):
     result = labs.run("grade", nproc=nproc, timeout=240, path="labs/ddp/fsdp.py", classes="FullyShardedDP", **SMALL)
@@ -122,7 +115,7 @@ def test_reference_passes_every_check(nproc):
 
 
 def test_held_out_style_passes(tmp_path):
-    result = labs.grade(write(tmp_path, "fsdp_style.py", STYLE), "LeafGather", timeout=240, **SMALL)
+    result = labs.grade(write_source(tmp_path, "fsdp_style.py", STYLE), "LeafGather", timeout=240, **SMALL)
     assert diagnosis(result, "LeafGather") is None, report(result)
     assert result.data["classes"][0]["calls"]["ops"] == {"all_gather": 12, "all_reduce": 12}, report(result)
 
@@ -158,14 +151,9 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_bad_class_is_exit_2_in_korean_before_ranks_start(tmp_path, monkeypatch, case):
+def test_bad_class_is_exit_2_in_korean_before_ranks_start(tmp_path, no_spawn, case):
     source, words = BAD[case]
-    path = write(tmp_path, "my_fsdp.py", source)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("ranks were spawned for bad input")
-
-    monkeypatch.setattr(labs.launch, "spawn_ranks", refuse)
+    path = write_source(tmp_path, "my_fsdp.py", source)
     with pytest.raises(GradeInputError) as err:
         labs.grade(path, "FullyShardedDP")
     assert all(word in str(err.value) for word in words), str(err.value)

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import clean_env, write_source
 
 import labs
 from labs.errors import EXIT_OK
@@ -206,12 +204,6 @@ class IntoTensor(nn.Module):
 '''
 
 
-def write(tmp_path: Path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return str(path)
-
-
 def part(result: labs.LabResult, name: str) -> str:
     """Class ``name``'s part of the report."""
     return next(p for p in report(result).split("채점: 클래스 ") if p.startswith(f"{name}("))
@@ -226,7 +218,7 @@ def line_of(source: str, code: str) -> int:
 
 
 def test_an_uneven_owner_assignment_is_sharded_but_unbalanced(tmp_path):
-    result = labs.grade(write(tmp_path, "zero_rr.py", ROUND_ROBIN), "RoundRobin", timeout=240, **SMALL)
+    result = labs.grade(write_source(tmp_path, "zero_rr.py", ROUND_ROBIN), "RoundRobin", timeout=240, **SMALL)
     assert failed_checks(result, "RoundRobin") == {"state_divided"}, report(result)  # 결과는 맞다: 메모리만 고르지 않다
     cls = result.data["classes"][0]
     assert cls["causes"]["state_divided"]["key"] == "unbalanced" and cls["causes"]["state_divided"]["rank"] == 0, cls
@@ -238,7 +230,7 @@ def test_an_uneven_owner_assignment_is_sharded_but_unbalanced(tmp_path):
 
 @pytest.fixture(scope="module")
 def hooks(tmp_path_factory):
-    path = write(tmp_path_factory.mktemp("hooks"), "hooks.py", HOOKS)
+    path = write_source(tmp_path_factory.mktemp("hooks"), "hooks.py", HOOKS)
     return labs.grade(path, ["GuardedGradHook", "GradHook", "LastHandleOnly"], timeout=240, **SMALL)
 
 
@@ -267,7 +259,7 @@ def test_waiting_on_the_last_handle_only_is_rejected_with_the_line_that_drops_th
 
 
 def test_torch_warnings_stay_out_of_the_terminal_and_the_readers_own_are_listed(tmp_path):
-    path = write(tmp_path, "my_fsdp.py", INTO_TENSOR)
+    path = write_source(tmp_path, "my_fsdp.py", INTO_TENSOR)
     proc = subprocess.run([sys.executable, "-m", "labs", "grade", path, "--class", "IntoTensor", "--param", "steps=2"],
                           capture_output=True, text=True, encoding="utf-8", timeout=240, env=clean_env())
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr

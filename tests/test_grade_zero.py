@@ -9,12 +9,8 @@ cause in the report; a bad file or class ends in a Korean error with exit 2 befo
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
-from conftest import assert_gallery_bug, clean_env, has_hangul
+from conftest import assert_gallery_bug, grade_cli, has_hangul, write_source
 
 import labs
 from labs.ddp.zero_bugs import BUGS
@@ -116,12 +112,6 @@ class SlicesAllGather(torch.optim.Optimizer):
 '''
 
 
-def write(tmp_path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return str(path)
-
-
 @pytest.mark.parametrize("nproc", [1, 2, 3])
 def test_reference_passes_every_check(nproc):
     result = labs.run("grade", nproc=nproc, timeout=240, path="labs/ddp/zero.py", classes="ShardedOptimizer", **SMALL)
@@ -134,7 +124,7 @@ def test_reference_passes_every_check(nproc):
 
 def test_held_out_styles_pass(tmp_path):
     """Two styles written here, and torch's own ZeroRedundancyOptimizer (the grader's independent check)."""
-    path = write(tmp_path, "zero_styles.py", STYLES)
+    path = write_source(tmp_path, "zero_styles.py", STYLES)
     names = ["ContiguousShards", "SlicesAllGather", "ZeroRedundancyOptimizer"]
     result = labs.grade(path, names, timeout=240, **SMALL)
     for name in names:
@@ -173,11 +163,6 @@ def test_every_check_has_its_hint():
 
 # --- 나쁜 파일: 랭크를 띄우기 전에 한국어 오류, 종료 코드 2 ------------------------------------------------
 
-def grade_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labs", "grade", *args], capture_output=True, text=True,
-                          encoding="utf-8", timeout=120, env=clean_env())
-
-
 BAD = {
     "constructor": ("import torch\nclass ShardedOptimizer(torch.optim.Optimizer):\n"
                     "    def __init__(self, params, lr):\n        super().__init__(params, {'lr': lr})\n",
@@ -191,16 +176,11 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_bad_input_is_exit_2_in_korean_before_ranks_start(tmp_path, monkeypatch, case):
+def test_bad_input_is_exit_2_in_korean_before_ranks_start(tmp_path, no_spawn, case):
     source, name, words = BAD[case]
-    path = write(tmp_path, "my_zero.py", source)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("ranks were spawned for bad input")
-
-    monkeypatch.setattr(labs.launch, "spawn_ranks", refuse)
+    path = write_source(tmp_path, "my_zero.py", source)
     with pytest.raises(GradeInputError) as err:
         labs.grade(path, name)
     assert all(word in str(err.value) for word in words), str(err.value)
-    proc = grade_cli(path, "--class", name)
+    proc = grade_cli(path, "--class", name, timeout=120)
     assert proc.returncode == EXIT_BAD_INPUT and has_hangul(proc.stderr) and "Traceback" not in proc.stderr, proc.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_only_these_fail
+from conftest import assert_checks_hold, assert_only_these_fail
 
 import labs
 from labs.lessons import allreduce as allreduce_lab
@@ -43,7 +43,7 @@ def equivalence_runs():
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_allreduce_checks_hold(allreduce_runs, n):
     result = allreduce_runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.world_size == n and len({r["pid"] for r in result.ranks}) == n
     size = SMALL["numel"] * 4
     assert result.data["size_bytes"] == size
@@ -139,7 +139,7 @@ def test_allreduce_figures(allreduce_runs):
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_update_checks_hold(update_runs, n):
     result = update_runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.data["distinct_fingerprints"]["sgd"] == [1] * 5
     assert result.data["distinct_fingerprints"]["adam"] == [1] * 5
     assert max(result.data["spread"]["sgd"]) == max(result.data["spread"]["adam"]) == 0.0
@@ -194,7 +194,7 @@ def test_trajectory_figure(update_runs):
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_equivalence_checks_hold(equivalence_runs, n):
     result = equivalence_runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.data["per_rank_batch"] == 12 // n
     if n == 1:
         assert result.data["max_param_diff"] == 0.0 and "exact_with_one_rank" in result.checks

@@ -7,7 +7,7 @@ recorded rank data and call the lab's ``summarize`` again, so a claim that stops
 from __future__ import annotations
 
 import pytest
-from conftest import assert_only_these_fail
+from conftest import assert_checks_hold, assert_only_these_fail
 
 import labs
 from labs.ddp.buckets import group_by_size
@@ -61,7 +61,7 @@ def test_bucket_rule():
 
 def test_buckets_chapter_run(bucket_runs):
     result = bucket_runs[3]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     rows = result.data["rows"]
     assert [row["cap"] for row in rows] == CHAPTER_CAPS
     assert [row["steady"] for row in rows] == CHAPTER_COUNTS
@@ -76,7 +76,7 @@ def test_buckets_chapter_run(bucket_runs):
 
 def test_buckets_single_rank(bucket_runs):
     result = bucket_runs[1]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     # 128×128 float32 = 64 KiB짜리 가중치 8개(약 0.5 MiB): 0.1 MiB면 두 층씩 4개, 기본값은 첫 버킷(1 MiB) 하나
     assert [row["steady"] for row in result.data["rows"]] == [4, 1]
     assert "count_decreases_with_cap" not in result.checks  # 숫자 cap이 하나뿐이면 재지 않는다
@@ -162,7 +162,7 @@ def test_bucket_figures(bucket_runs):
 @pytest.mark.parametrize("n", [1, 3])
 def test_accumulation_checks_hold(accumulation_runs, n):
     result = accumulation_runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     k = accumulation_lab.LAB.params["micro_steps"].default
     assert result.data["counts"] == {"sync_every": k, "no_sync": 1, "big_batch": 1}
     assert max(result.data["max_diff_vs_big"].values()) <= 1e-6
@@ -197,7 +197,7 @@ def test_accumulation_checks_can_fail(accumulation_runs):
 @pytest.mark.parametrize("n", [1, 3])
 def test_uneven_checks_hold(uneven_runs, n):
     result = uneven_runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     d = result.data
     assert d["counts"] == [4 + 6 * r for r in range(n)]
     assert d["iterations"] == [2 + r for r in range(n)]

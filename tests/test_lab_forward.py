@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import assert_only_these_fail
+from conftest import assert_checks_hold, assert_only_these_fail
 
 import labs
 from labs.lessons import backward as backward_lab
@@ -37,7 +37,7 @@ def backward_runs():
 @pytest.mark.parametrize("n", [1, 3])
 def test_forward_checks_hold(forward_runs, n):
     result = forward_runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.world_size == n and len({r["pid"] for r in result.ranks}) == n
     counts = result.data["counts"]
     assert counts["plain"]["forward"] == PLAIN_FORWARD
@@ -149,7 +149,7 @@ def test_forward_figures(forward_runs):
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_backward_checks_hold(backward_runs, n):
     result = backward_runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.checks["local_grads_differ"].value == n
     assert result.checks["ddp_grads_identical"].value == 0.0
     assert result.checks["ddp_grad_is_mean"].value <= 1e-6

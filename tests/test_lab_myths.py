@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import assert_only_these_fail, has_hangul, summarize_again
+from conftest import assert_checks_hold, assert_only_these_fail, has_hangul, summarize_again
 
 import labs
 from labs import checklist, quiz
@@ -34,7 +34,7 @@ def runs():
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_all_checks_hold(runs, n):
     result = runs[n]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.world_size == n and result.backend == "gloo"
     assert len({r["pid"] for r in result.ranks}) == n
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_only_these_fail
+from conftest import assert_checks_hold, assert_only_these_fail
 from torch.utils.data.distributed import DistributedSampler
 
 import labs
@@ -24,7 +24,7 @@ def runs():
 
 def test_even_split(runs):
     result = runs["even"]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.data["dataset_size"] == result.data["padded_size"] == 32
     assert result.data["batch_sizes"] == [4, 4]
     assert [len(g) for g in result.data["global_batches"]] == [16, 16]
@@ -34,7 +34,7 @@ def test_even_split(runs):
 
 def test_uneven_split_pads_the_dataset_not_the_batch(runs):
     result = runs["uneven"]
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert (result.data["dataset_size"], result.data["padded_size"]) == (26, 27)  # ⌈26/3⌉·3
     assert result.data["batch_sizes"] == [4, 4, 1]  # 랭크당 9개: 마지막 미니배치만 짧다
     assert [len(g) for g in result.data["global_batches"]] == [12, 12, 3]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from conftest import clean_env, has_hangul, summarize_again
+from conftest import assert_checks_hold, clean_env, has_hangul, summarize_again
 
 import labs
 import labs.ddp.train_script as script
@@ -48,7 +48,7 @@ def runs(tmp_path_factory):
 
 
 def _assert_training_ok(result, n: int) -> None:
-    assert result.ok, result.report()
+    assert_checks_hold(result)
     assert result.world_size == n and len(result.ranks) == n
     assert len({r["pid"] for r in result.ranks}) == n
     assert result.data["per_rank_batch"] == DEFAULTS["global_batch"] // n

@@ -5,7 +5,7 @@ records, and the reference ``labs.ddp.ShardedOptimizer`` itself in a real 2-rank
 from __future__ import annotations
 
 import pytest
-from conftest import assert_only_these_fail, has_hangul, run_two_rank_script
+from conftest import assert_checks_hold, assert_only_these_fail, has_hangul, run_two_rank_script
 
 import labs
 from labs.lessons import zero as zero_lab
@@ -23,9 +23,7 @@ def runs():
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_zero_checks_hold(runs, n):
     result = runs[n]
-    assert result.ok, result.report()
-    assert all(has_hangul(c.description) for c in result.checks.values())
-    assert {name for name, c in result.checks.items() if not c.applicable} == (NEEDS_TWO_RANKS if n == 1 else set())
+    assert_checks_hold(result, NEEDS_TWO_RANKS if n == 1 else set())
     memory = result.data["memory"]["adamw"]
     single = result.data["single_state_bytes"]
     assert memory["ddp"]["state"] == [single] * n  # DDP: N이 늘어도 랭크마다 그대로

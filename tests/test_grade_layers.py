@@ -4,15 +4,14 @@ the grader's parent side reaches no rank-side module through any chain of import
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
-from pathlib import Path
 
+import import_graph
 import pytest
 from conftest import clean_env
+from import_graph import LABS, cycle_edges, labs_modules, reached
 
-LABS = Path(__file__).resolve().parents[1] / "labs"
 # 순환이 없어야 하는 모듈: 패키지 뿌리(labs/__init__.py), CLI, grade 실습, 채점기 패키지 전체
 CHECKED = ("labs", "labs.cli", "labs.lessons.grade")
 CHECKED_PACKAGES = ("labs.grading",)
@@ -24,72 +23,20 @@ PARENT_SIDE = ("labs.grading", "labs.grading.source", "labs.grading.config", "la
                "labs.grading.hints", "labs.grading.report", "labs.grading.runner")
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(LABS.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(p): p for p in LABS.rglob("*.py")}
+MODULES = labs_modules()
 
 
 def in_checked(name: str) -> bool:
     return name in CHECKED or any(name == p or name.startswith(p + ".") for p in CHECKED_PACKAGES)
 
 
-def _target(importer: str, node: ast.ImportFrom) -> str:
-    """The absolute module a ``from … import`` names (before its imported names)."""
-    if not node.level:
-        return node.module or ""
-    package = importer if MODULES[importer].name == "__init__.py" else importer.rpartition(".")[0]
-    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-    return f"{base}.{node.module}" if node.module else base
-
-
 def imports(name: str, top_level_only: bool = False) -> list[tuple[str, int]]:
-    """The labs modules ``name`` imports, with the line: ``from pkg import mod`` counts as ``pkg.mod``."""
-    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    found = []
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            found += [(a.name, node.lineno) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _target(name, node)
-            found += [(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base, node.lineno)
-                      for a in node.names]
-    return [(target, line) for target, line in found if target in MODULES]
+    return import_graph.imports(name, MODULES, top_level_only)
 
 
-def cycles() -> list[list[str]]:
-    """Every import cycle (any import, at any depth of the file) that passes through a checked module."""
-    graph = {name: sorted({t for t, _ in imports(name)}) for name in MODULES}
-    found = []
-    for start in sorted(n for n in MODULES if in_checked(n)):
-        stack = [(start, [start])]
-        seen = set()
-        while stack:
-            node, path = stack.pop()
-            for nxt in graph[node]:
-                if nxt == start:
-                    found.append(path + [start])
-                elif nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, path + [nxt]))
-    return found
-
-
-def reached(start: str) -> dict[str, str]:
-    """Every labs module ``start`` imports, directly or through others (any import, at any depth of a file),
-    with the module that imports it."""
-    found: dict[str, str] = {}
-    stack = [start]
-    while stack:
-        node = stack.pop()
-        for nxt, _ in imports(node):
-            if nxt not in found and nxt != start:
-                found[nxt] = node
-                stack.append(nxt)
-    return found
+def cycles() -> set[tuple[str, str]]:
+    """Every import edge on a cycle (any import, at any depth of the file) that touches a checked module."""
+    return {edge for edge in cycle_edges(import_graph.import_graph(MODULES)) if in_checked(edge[0]) or in_checked(edge[1])}
 
 
 def test_every_grader_module_is_on_one_side():
@@ -100,7 +47,7 @@ def test_every_grader_module_is_on_one_side():
 def test_the_parent_side_imports_no_rank_side_module(name):
     """The judges, the report and the runner never import what measures inside a rank, not even through
     another module: the parent's verdicts cannot depend on code that runs next to the reader's."""
-    found = reached(name)
+    found = reached(import_graph.import_graph(MODULES), name)
     assert sorted(RANK_SIDE & set(found)) == [], {m: found[m] for m in RANK_SIDE & set(found)}
 
 
@@ -110,7 +57,7 @@ def test_the_side_check_sees_a_rank_side_import(monkeypatch, tmp_path):
     fake.write_text(MODULES["labs.grading.verdicts"].read_text(encoding="utf-8")
                     + "\n\ndef _late():\n    from . import probes\n", encoding="utf-8")
     monkeypatch.setitem(MODULES, "labs.grading.verdicts", fake)
-    assert "labs.grading.probes" in reached("labs.grading.summary")
+    assert "labs.grading.probes" in reached(import_graph.import_graph(MODULES), "labs.grading.summary")
 
 
 def test_importing_labs_loads_no_lesson():
@@ -125,7 +72,7 @@ def test_importing_labs_loads_no_lesson():
 def test_no_import_cycle_through_the_root_the_grader_or_the_cli():
     assert in_checked("labs") and in_checked("labs.grading.rank") and not in_checked("labs.launch")
     assert "labs.lessons.grade" in MODULES
-    assert cycles() == []
+    assert cycles() == set()
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if in_checked(n)))
@@ -142,4 +89,4 @@ def test_the_cycle_finder_sees_a_cycle(monkeypatch, tmp_path):
     fake.write_text(MODULES["labs.grading.summary"].read_text(encoding="utf-8")
                     + "\n\ndef _late():\n    from .. import cli\n", encoding="utf-8")
     monkeypatch.setitem(MODULES, "labs.grading.summary", fake)
-    assert any("labs.cli" in cycle for cycle in cycles())
+    assert any("labs.cli" in edge for edge in cycles())
