@@ -169,6 +169,58 @@ def test_every_include_shows_taught_code_or_a_tool():
                        + ", ".join(found))
 
 
+SHOWN_SHARE = 0.60  # labs/ddp는 책이 보여 주는 코드다: 그 줄의 60 % 이상을 어느 장에선가 보인다
+
+
+def shown_lines(chapters: list[tuple[str, str]], root: Path = REPO) -> dict[str, set[int]]:
+    """Line numbers (1-based) of every labs/ddp file that some literalinclude shows (pyobject range narrowed
+    by start-at/end-at, or the whole file)."""
+    shown: dict[str, set[int]] = {}
+    for _, text in chapters:
+        for path, opts in includes(text):
+            if not path.startswith("labs/ddp/"):
+                continue
+            source = (root / path).read_text(encoding="utf-8")
+            lines = source.splitlines()
+            numbers = list(range(1, len(lines) + 1))
+            if "pyobject" in opts:
+                part = object_lines(source, opts["pyobject"]) or []
+                first = next(i for i in range(len(lines)) if lines[i:i + len(part)] == part) + 1 if part else 1
+                numbers = list(range(first, first + len(part)))
+            if "start-at" in opts:
+                numbers = numbers[next(i for i, n in enumerate(numbers) if _unquote(opts["start-at"]) in lines[n - 1]):]
+            if "end-at" in opts:
+                numbers = numbers[:next(i for i, n in enumerate(numbers) if _unquote(opts["end-at"]) in lines[n - 1]) + 1]
+            shown.setdefault(path, set()).update(numbers)
+    return shown
+
+
+def shown_share(chapters: list[tuple[str, str]], root: Path = REPO) -> float:
+    """Non-blank lines of labs/ddp/*.py that the book shows ÷ all its non-blank lines."""
+    shown = shown_lines(chapters, root)
+    total = covered = 0
+    for file in sorted((root / "labs" / "ddp").glob("*.py")):
+        rel = file.relative_to(root).as_posix()
+        code = [i for i, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()]
+        total += len(code)
+        covered += sum(1 for i in code if i in shown.get(rel, set()))
+    if not total:
+        raise ValueError("labs/ddp에 파이썬 줄이 없습니다")
+    return covered / total
+
+
+def test_the_book_shows_most_of_the_taught_code():
+    share = shown_share(_chapters())
+    assert share >= SHOWN_SHARE, f"책이 labs/ddp의 {share:.1%}만 보입니다({SHOWN_SHARE:.0%} 이상이어야 합니다)"
+
+
+def test_the_share_drops_when_an_include_goes():
+    chapters = _chapters()
+    fewer = [(stem, text.replace(":pyobject: ring_all_reduce_\n", ":pyobject: library_all_reduce_\n"))
+             for stem, text in chapters]
+    assert shown_share(fewer) < shown_share(chapters)
+
+
 def test_every_literalinclude_is_parsed():
     # A block written another way (other fence, no ../ prefix) would escape the guard.
     for stem, text in _chapters():
