@@ -163,13 +163,20 @@ def to_html(name: str, questions: list[Question]) -> str:
             "</section>"
         )
     style = (_ASSETS / "quiz.css").read_text(encoding="utf-8")
-    script = (_ASSETS / "quiz.js").read_text(encoding="utf-8").replace("__STORAGE_KEY__", STORAGE_KEY)
+    script = compact_script((_ASSETS / "quiz.js").read_text(encoding="utf-8").replace("__STORAGE_KEY__", STORAGE_KEY))
     return (
         f'<div class="ddp-quiz" data-quiz="{html.escape(name)}">'
         f'<p class="ddp-quiz-score" aria-live="polite">문제 {len(questions)}개 · 보기를 눌러 답해 보세요.</p>'
         + "".join(blocks)
         + f"</div><style>{style}</style><script>{script}</script>"
     )
+
+
+def compact_script(script: str) -> str:
+    """An inline script as the page carries it: no indentation, no blank or ``//`` comment lines (every page with a
+    quiz or a prediction carries one; the comments are for whoever edits the file)."""
+    lines = (line.strip() for line in script.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("//"))
 
 
 class Quiz:

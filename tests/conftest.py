@@ -7,9 +7,11 @@ import copy
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -75,6 +77,16 @@ def grade_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """``python -m labs grade ARGS`` as a reader types it (no torchrun variables, no replay)."""
     return subprocess.run([sys.executable, "-m", "labs", "grade", *args], capture_output=True, text=True,
                           encoding="utf-8", timeout=timeout, env=clean_env())
+
+
+@pytest.fixture
+def run_tmpdir() -> Iterator[Path]:
+    """An empty TMPDIR for a command under test, short enough that multiprocessing's socket folder (``pymp-*``)
+    goes there: labs.launch moves that folder to /tmp when the path would pass 107 bytes, and pytest's own
+    ``tmp_path`` does once its counter has three digits (``/tmp/pytest-of-root/pytest-102/popen-gw1/test_…``)."""
+    folder = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

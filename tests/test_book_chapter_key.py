@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
+sys.path.insert(0, str(BOOK.parent / "scripts"))
+import notebook_setup_cell  # noqa: E402
+
 CHAPTERS = sorted(BOOK.glob("[01][0-9]_*.ipynb"))
 LABELS = ("주장", "측정", "코드 지도")
 MAX_PROSE = 200
@@ -93,6 +97,21 @@ def test_there_are_fourteen_chapters():
 def test_chapter_opens_with_its_key_box(path):
     problems = key_box_problems(_cells(path))
     assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("path", sorted(BOOK.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_the_notebook_starts_with_the_setup_cell_the_script_writes(path):
+    """Byte for byte what scripts/notebook_setup_cell.py writes (the archive test compares it the same way): a
+    notebook editor that drops the last line's newline is caught here, not only after a site build."""
+    assert notebook_setup_cell.problems(path) == []
+
+
+def test_the_setup_cell_check_sees_a_changed_cell(tmp_path):
+    notebook = json.loads((BOOK / "03_backward.ipynb").read_text(encoding="utf-8"))
+    notebook["cells"][0]["source"][-1] = notebook["cells"][0]["source"][-1].rstrip("\n")
+    changed = tmp_path / "03_backward.ipynb"
+    changed.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    assert notebook_setup_cell.problems(changed)
 
 
 def test_key_glue_names_are_unique_book_wide():

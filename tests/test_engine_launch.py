@@ -421,10 +421,10 @@ def _wait_gone(sid: int, seconds: float) -> list[psutil.Process]:
     pytest.param("TERM-group", EXIT_SIGNAL + signal.SIGTERM, id="group-SIGTERM"),
     pytest.param("KILL", -9, id="SIGKILL"),
 ])
-def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how, code):
+def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(run_tmpdir, how, code):
     """F1: however the launcher ends, no rank, fork server or resource tracker outlives it by more than a
     few seconds, TMPDIR is left as it was, and INT/TERM/HUP end in one Korean line and 128 + the signal."""
-    launcher = _start_hanging_launcher(tmp_path)
+    launcher = _start_hanging_launcher(run_tmpdir)
     sid = launcher.pid
     try:
         name, _, group = how.partition("-")
@@ -436,7 +436,7 @@ def test_ending_the_launcher_leaves_no_process_and_no_temp_folder(tmp_path, how,
         _kill_session(sid)
     assert not left, f"런처가 끝난 뒤에도 프로세스가 남았습니다: {describe(left)}"
     assert launcher.returncode == code, (launcher.returncode, err[-2000:])
-    assert _temp_left(tmp_path) == [], f"TMPDIR에 남은 것: {_temp_left(tmp_path)}"
+    assert _temp_left(run_tmpdir) == [], f"TMPDIR에 남은 것: {_temp_left(run_tmpdir)}"
     if how != "KILL":
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and has_hangul(lines[0]) and "중단" in lines[0], err[-3000:]
@@ -482,12 +482,11 @@ def test_a_grade_ended_by_sigterm_says_so_in_one_korean_line(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_a_grade_killed_with_sigkill_leaves_no_folder(tmp_path):
+def test_a_grade_killed_with_sigkill_leaves_no_folder(tmp_path, run_tmpdir):
     """SIGKILL of `labs grade` while the reader's class hangs: the launcher cannot clean up, so its ranks remove its
     labs-grade-* folder (their stack notes) before they end (before, rank0.json and rank1.json stayed in TMPDIR)."""
-    reader, tmp = tmp_path / "src" / "hangs.py", tmp_path / "tmp"
+    reader, tmp = tmp_path / "src" / "hangs.py", run_tmpdir
     reader.parent.mkdir()
-    tmp.mkdir()
     reader.write_text(HANGING_DDP, encoding="utf-8")
     launcher = _start_hanging_launcher(tmp, ("grade", str(reader), "--timeout", "200"), nranks=2)
     sid = launcher.pid
@@ -519,13 +518,12 @@ def _littering_file(tmp_path: Path, failing: int) -> Path:
 
 
 @pytest.mark.timeout(240)
-def test_sigkill_with_a_frozen_rank_ends_every_process_the_ranks_started(tmp_path):
+def test_sigkill_with_a_frozen_rank_ends_every_process_the_ranks_started(tmp_path, run_tmpdir):
     """Issue 39: SIGKILL of the launcher while one rank is frozen (SIGSTOP) left that rank, and a graded file's own
     child processes and temp folders outlived the ranks. The frozen rank is woken by its parent's death
     (PR_SET_PDEATHSIG → SIGCONT), each rank ends its whole process group, and the ranks' temp files live in the
     run's folder, which the ranks remove."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = run_tmpdir
     reader = _littering_file(tmp_path, failing=-1)
     launcher = _start_hanging_launcher(tmp, ("grade", str(reader), "--timeout", "200"), nranks=2, children=2)
     sid = launcher.pid
@@ -542,11 +540,10 @@ def test_sigkill_with_a_frozen_rank_ends_every_process_the_ranks_started(tmp_pat
 
 
 @pytest.mark.timeout(240)
-def test_a_failing_rank_takes_the_others_processes_and_temp_files_along(tmp_path):
+def test_a_failing_rank_takes_the_others_processes_and_temp_files_along(tmp_path, run_tmpdir):
     """Issue 39: when one rank raised, the ranks the launcher stopped kept their temp folders, and a graded file's
     child processes stayed. Now the launcher removes the run's folder and ends each rank's process group."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = run_tmpdir
     reader = _littering_file(tmp_path, failing=1)
     grade = subprocess.Popen([sys.executable, "-m", "labs", "grade", str(reader), "--timeout", "100"],
                              env=clean_env(TMPDIR=str(tmp)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -603,14 +600,13 @@ atexit.register(lambda: open({exited!r}, "w").write("atexit"))
 
 
 @pytest.mark.timeout(240)
-def test_a_kernel_that_ran_a_lab_exits_normally_and_leaves_no_folder(tmp_path):
+def test_a_kernel_that_ran_a_lab_exits_normally_and_leaves_no_folder(tmp_path, run_tmpdir):
     """Issue 39: ipykernel signals its children at shutdown and waits; the resource tracker ignores SIGTERM, so a
     kernel that had run a lab was killed by jupyter_client (no atexit) and left multiprocessing's pymp-* folder,
     one per chapter of `make book`. Now the kernel's own atexit runs and TMPDIR is left as it was."""
     from jupyter_client.manager import KernelManager
 
-    tmp, exited = tmp_path / "tmp", tmp_path / "exited"
-    tmp.mkdir()
+    tmp, exited = run_tmpdir, tmp_path / "exited"
     manager = KernelManager(kernel_name="python3")
     manager.start_kernel(env=clean_env(TMPDIR=str(tmp)))
     client = manager.client()

@@ -487,3 +487,21 @@ def test_figure_text_is_written_as_utf8_hangul_not_escapes():
         viz.show(go.Figure(go.Scatter(x=[0], y=[0], name="랭크 0 <b>", hovertext=["합계"])), "fig-utf8", alt="시험")
     html = out.outputs[0].data["text/html"]
     assert '"name":"랭크 0 \\u003cb\\u003e"' in html and "합계" in html and "\\uB7AD" not in html.upper().replace("\\U", "\\u")
+
+
+def test_figure_html_drops_the_template_indentation_but_keeps_spaces_in_strings():
+    import plotly.graph_objects as go
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from labs import viz
+
+    shell = InteractiveShell.instance()
+    fig = go.Figure(go.Bar(x=[0, 1], y=[1, 2], text=["a  b", 'c "  d'], name="랭크  0"))
+    with shell.builtin_trap, __import__("IPython.utils.capture", fromlist=["capture_output"]).capture_output() as out:
+        viz.show(fig, "fig-spaces", alt="시험")
+    html = out.outputs[0].data["text/html"]
+    call = re.search(r'Plotly\.newPlot\(\s*"fig-spaces",\s*', html)
+    data, _ = json.JSONDecoder().raw_decode(html, call.end())
+    assert data[0]["text"] == ["a  b", 'c "  d'] and data[0]["name"] == "랭크  0"  # 문자열 안의 공백은 그대로
+    outside = re.sub(r'"(?:[^"\\]|\\.)*"', '""', html)
+    assert "  " not in outside, outside[:300]  # 문자열 밖(plotly 틀의 들여쓰기)에는 두 칸 공백이 없다

@@ -378,6 +378,7 @@ _STYLE = """
 .ddp-key-held { display: none; }
 .ddp-awaiting-note { margin: .5rem 0; padding: .4rem .7rem; border-left: 3px solid var(--pst-color-primary, #3465a4);
   background: var(--pst-color-surface, #f3f4f5); font-size: .95em; }
+.ddp-awaiting-note a { color: inherit; text-decoration: underline; }  /* 회색 바탕의 파란 링크는 대비 4.3:1 */
 .ddp-awaiting-peek { margin-left: .3rem; padding: .1rem .6rem; border: 1px solid currentColor; border-radius: .3rem;
   background: transparent; color: inherit; cursor: pointer; font: inherit; }
 """
@@ -390,8 +391,9 @@ def chapter_predictions(env) -> dict[str, list[str]]:
 
 def _add_script(app: Sphinx, doctree, docname: str) -> None:
     if any(True for _ in doctree.findall(prediction)):
-        script = "\n".join(line.strip() for line in (_SCRIPT % {"key": json.dumps(STORAGE_KEY)}).splitlines()
-                           if line.strip() and not line.strip().startswith("//"))  # 들여쓰기·주석 줄 없이: 페이지 무게
+        from labs.quiz import compact_script  # 퀴즈 스크립트와 같은 방식으로 줄인다 (labs는 torch까지 읽어 늦게)
+
+        script = compact_script(_SCRIPT % {"key": json.dumps(STORAGE_KEY)})
         doctree += nodes.raw("", f"<style>{_STYLE}</style><script>{script}</script>", format="html")
 
 

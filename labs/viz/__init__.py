@@ -71,6 +71,9 @@ def _page_figure(fig: go.Figure) -> tuple[go.Figure, str, dict[str, str]]:
 # page's UTF-8 script as they are (none of them is a quote, a backslash or part of "</script>").
 _HANGUL_ESCAPE = re.compile(r"\\u([aAbBcCdD][0-9a-fA-F]{3})"
                             r"(?<=\\u[aA][c-fC-F][0-9a-fA-F]{2}|\\u[b-cB-C][0-9a-fA-F]{3}|\\u[dD][0-7][0-9a-fA-F]{2})")
+# plotly's HTML template indents its script with runs of spaces (about 250 bytes a figure); a quoted string (the
+# figure's JSON, an HTML attribute) is kept as it is, a run of spaces outside one becomes one space.
+_TEMPLATE_SPACES = re.compile(r'"(?:[^"\\]|\\.)*"|( {2,})')
 SIGNIFICANT_DIGITS = 8  # 그림 안의 수: 화면·마우스 설명에서 구별되는 것보다 많은 자리
 
 
@@ -130,6 +133,7 @@ def show(fig: go.Figure, div_id: str, *, alt: str) -> None:
     body = pio.to_html(_compact(page), validate=False, full_html=False, include_plotlyjs=False, div_id=div_id,
                        auto_play=False, config={"responsive": True, "displaylogo": False, "displayModeBar": False})
     body = _HANGUL_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), body)  # \uXXXX 여섯 바이트 대신 UTF-8 세 바이트
+    body = _TEMPLATE_SPACES.sub(lambda m: " " if m.group(1) else m.group(0), body)
     title_id = f"{div_id}-title"
     script = (f"<script>{_FRAME_TITLES_JS.format(id=json.dumps(div_id), title_id=json.dumps(title_id), titles=json.dumps(frame_titles))}"
               "</script>") if frame_titles else ""
