@@ -1,28 +1,23 @@
-"""The ranks' side of grading a small FSDP, ``FullyShardedDP(module, compute_dtype=None)``.
+"""The ranks' side of grading a small FSDP, ``FullyShardedDP(module, compute_dtype=None)``; the verdicts are in
+:mod:`labs.grading.fsdp_judge`. An exception is tagged with the phase it came from, so that the judge can tell
+a weight freed before backward from any other error.
 
-Like :mod:`labs.grading.probes`, nothing here judges; the verdicts are in :mod:`labs.grading.fsdp_judge`.
-An exception is tagged with the phase it came from (``forward``, ``backward``, ``finish``, ``step``,
-``gather``), so the judge can tell a weight freed before backward from any other error.
-
-- ``train``: K steps with SGD (momentum) and with AdamW of the optimizer over the wrapper's parameters,
-  next to one process on the global batch; the collectives of each iteration (the process group's work
-  items that carried floating-point values), then ``gather_full_params()`` against the single process.
-- ``grads``: one step of plain SGD with ``lr`` = 1 from the gathered weights: the update ``w0 − w1`` of
-  each full parameter is the gradient the step used, fitted against the global-batch mean gradient at
-  ``w0`` and against this rank's own gradient (any layout of the shards gives the same full update).
-- ``memory``: the bytes of the wrapper's parameters (distinct storages) against the wrapped layers'
-  weights; after forward, the storages the wrapper and the autograd graph keep alive beyond those of the
-  same model without the wrapper (activations cancel); after backward, what the wrapper keeps beyond its
-  parameters and their gradients.
-- ``mixed``: one iteration with ``compute_dtype=torch.bfloat16``: the dtype of each parameter the
-  optimizer sees and of its gradient.
+- ``train``: K steps of SGD (momentum) and AdamW over the wrapper's parameters, next to one process on the
+  global batch; each iteration's floating-point collectives, then ``gather_full_params()`` against the single process.
+- ``grads``: one plain SGD step with ``lr`` = 1: the update ``w0 − w1`` of each full parameter is the gradient the
+  step used (whatever the shards' layout), fitted against the global-batch mean at ``w0`` and this rank's own.
+- ``memory``: the wrapper's parameter bytes against the wrapped layers' weights; after forward, the storages the
+  wrapper and the autograd graph keep beyond the same model unwrapped (activations cancel); after backward, what
+  the wrapper keeps beyond its parameters and their gradients.
+- ``mixed``: one iteration with ``compute_dtype=torch.bfloat16``: the dtypes of the parameters the optimizer sees
+  and of their gradients.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import cast
 
 import torch
@@ -49,10 +44,8 @@ def phase(name: str) -> Iterator[None]:
         yield
     except BaseException as error:
         if not hasattr(error, "labs_phase"):
-            try:
+            with suppress(AttributeError):  # 속성을 받지 않는 예외는 표시 없이
                 setattr(error, "labs_phase", name)  # 읽는 사람의 예외에 붙이는 표시
-            except AttributeError:  # 속성을 받지 않는 예외
-                pass
         raise
 
 
@@ -68,14 +61,6 @@ def iteration(wrapped: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
 def gathered(wrapped: nn.Module) -> dict[str, torch.Tensor]:
     with phase("gather"):
         return {name: t.detach().double() for name, t in cast(Graded, wrapped).gather_full_params().items()}
-
-
-def full_diff(full: dict[str, torch.Tensor], model: nn.Module) -> float | None:
-    """Max |difference| from ``model``'s parameters by name; None if the names or shapes differ."""
-    ref = dict(model.named_parameters())
-    if set(full) != set(ref) or any(full[k].shape != ref[k].shape for k in ref):
-        return None
-    return max_abs_diff([full[k] for k in ref], list(ref.values()))
 
 
 def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
@@ -97,8 +82,10 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
                 mine.step()
             mse_backward(single, *rank_batch(x, y, 0, 1, n * per_rank, step))
             theirs.step()
-        full = gathered(wrapped)
-        out["runs"][opt_name] = {"calls": calls, "diff": full_diff(full, single), "names": sorted(full)}
+        full, ref = gathered(wrapped), dict(single.named_parameters())
+        same = set(full) == set(ref) and all(full[k].shape == ref[k].shape for k in ref)  # 이름과 모양이 같을 때만 견준다
+        out["runs"][opt_name] = {"calls": calls, "names": sorted(full),
+                                 "diff": max_abs_diff([full[k] for k in ref], list(ref.values())) if same else None}
     return out
 
 
@@ -160,12 +147,8 @@ def probe_mixed(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
     init, x, y = start(ctx, cfg)
     wrapped = cls(copy.deepcopy(init), compute_dtype=torch.bfloat16)
     iteration(wrapped, *rank_batch(x, y, ctx.rank, n, per_rank))
-    return {"params": [[name, _dtype(p), None if p.grad is None else _dtype(p.grad)]
+    return {"params": [[name, *(None if t is None else str(t.dtype).removeprefix("torch.") for t in (p, p.grad))]
                        for name, p in wrapped.named_parameters()]}
-
-
-def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
 
 
 PROBE_FNS: dict[str, ProbeFn] = {"train": probe_train, "grads": probe_grads, "memory": probe_memory, "mixed": probe_mixed}

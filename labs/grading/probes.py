@@ -1,28 +1,19 @@
 """The probes of a DDP class, run inside each rank by :mod:`labs.grading.rank`, and the measuring tools
-the chapter 13 probes share.
+the chapter 13 probes (:mod:`~labs.grading.zero_probes`, :mod:`~labs.grading.fsdp_probes`) share.
 
-Nothing here judges. Each probe records raw measurements for :mod:`labs.grading.judge`, which runs in
-the parent where the reader's code cannot reach its thresholds:
+Nothing here judges: each probe records raw measurements for :mod:`labs.grading.judge`, which runs in the
+parent where the reader's code cannot reach its thresholds.
 
-- ``broadcast``: a model with BatchNorm whose parameters *and* running statistics differ per rank;
-  after construction, each parameter's and each buffer's distance from rank 0's values, and how many
-  parameters carry each kind of hook (a tensor hook, ``register_hook``, runs before ``p.grad`` is written).
-- ``train``: K steps of SGD (measured) and of AdamW, next to torch DDP and one process on the global
-  batch. In every SGD iteration, on every rank: each ``p.grad`` right after
-  ``finish_gradient_synchronization()`` returns, fitted against the oracle (the global-batch mean
-  gradient at the same weights), this rank's own gradient, the ranks' own gradients combined by
-  another reduce op (MAX, MIN, PRODUCT) and the previous iteration's oracle; how
-  much ``p.grad`` still changed after that return (every rank but 0 starts late, so a reduction
-  nobody waited on cannot have finished); the async work objects the reader's code got and had not
-  waited on when finish returned (:class:`WorkWatch`); and what the process group did (the profiler's
-  work items, whatever call path issued them) and the moments the reader's code called each
-  All-Reduce, next to the moments each gradient became ready and backward returned.
-- ``frozen`` / ``tied``: elements reduced per iteration for a model with a frozen first layer and
-  for two layers sharing one weight.
-
-A ZeRO-1 optimizer (``ShardedOptimizer`` or any ``torch.optim.Optimizer``) runs the probes of
-:mod:`labs.grading.zero_probes` instead, a small FSDP (``FullyShardedDP``) those of
-:mod:`labs.grading.fsdp_probes`.
+- ``broadcast``: a BatchNorm model whose parameters *and* running statistics differ per rank; after
+  construction, each one's distance from rank 0's values, and how many parameters carry each kind of hook.
+- ``train``: K steps of SGD (measured) and AdamW, next to torch DDP and one process on the global batch. In
+  every SGD iteration, on every rank: each ``p.grad`` at the return of ``finish_gradient_synchronization()``
+  fitted against the oracle (the global-batch mean at the same weights), this rank's own gradient, the
+  ranks' gradients combined by another reduce op and the previous oracle; how much ``p.grad`` changed after
+  that return (every rank but 0 starts late, so a reduction nobody waited on cannot have finished); the
+  async work left unwaited (:class:`WorkWatch`); the process group's work items, and when the reader called
+  each All-Reduce next to when each gradient became ready and backward returned.
+- ``frozen`` / ``tied``: elements reduced per iteration with a frozen first layer and with a shared weight.
 """
 
 from __future__ import annotations
@@ -81,19 +72,6 @@ def takes_cap(cls: type) -> bool:
 
 def construct(cls: type, module: nn.Module, cap: float) -> nn.Module:
     return cls(module, bucket_cap_mb=cap) if takes_cap(cls) else cls(module)
-
-
-class TiedPair(nn.Module):
-    """Two layers sharing one weight: ``b(relu(a(x)))`` with ``b.weight is a.weight``."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.a = nn.Linear(width, width)
-        self.b = nn.Linear(width, width)
-        self.b.weight = self.a.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(torch.relu(self.a(x)))
 
 
 # --- 측정 ----------------------------------------------------------------------------------------------
@@ -169,21 +147,12 @@ def float_calls(counter: CollectiveCounter) -> Record:
             "bytes": carried_bytes(items)}
 
 
-def reader_line() -> list[str | int] | None:
-    """``[file name, line, code]`` of the innermost frame on the stack outside the libraries and the grader:
-    the reader's line that is running now (its trailing comment left out)."""
-    frames = [f for f in traceback.extract_stack() if not str(Path(f.filename).resolve()).startswith(LIBRARIES)]
-    if not frames:
-        return None
-    return [Path(frames[-1].filename).name, frames[-1].lineno or 0, re.sub(r"\s{2,}#.*$", "", frames[-1].line or "").strip()]
-
-
 class WorkWatch:
     """The async work objects the process group hands out inside the block (``dist.all_reduce(…,
-    async_op=True)``, ``group.allreduce(…)``, the coalesced form), and which of them are still unsettled when
-    it ends: never waited on (``wait()``) nor handed on to a future (``get_future()``, whose completion the
-    changed-after measurement judges). For each one let go before that, :attr:`dropped` keeps the reader's
-    line that let go of it; :attr:`held` counts those still kept."""
+    async_op=True)``, ``group.allreduce(…)``, the coalesced form) still unsettled when it ends: never waited
+    on (``wait()``) nor handed on to a future (``get_future()``, whose completion the changed-after measurement
+    judges). :attr:`dropped` keeps, for each one let go before that, the reader's line that let go of it;
+    :attr:`held` counts those still kept."""
 
     ISSUE, SETTLE = ("allreduce", "allreduce_coalesced"), ("wait", "get_future")
 
@@ -195,28 +164,26 @@ class WorkWatch:
                        ((dist.ProcessGroup, self.ISSUE), (dist.Work, self.SETTLE)) for name in names]
 
     def _let_go(self, key: int) -> None:
+        """``[file name, line, code]`` (its trailing comment left out) of the innermost frame outside the
+        libraries and the grader: the reader's line that let go of the work object."""
         if self.open.pop(key, None) is not None:
-            self.dropped.append(reader_line())
+            frames = [f for f in traceback.extract_stack() if not str(Path(f.filename).resolve()).startswith(LIBRARIES)]
+            self.dropped.append([Path(frames[-1].filename).name, frames[-1].lineno or 0,
+                                 re.sub(r"\s{2,}#.*$", "", frames[-1].line or "").strip()] if frames else None)
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(obj: object, *args: Any, **kwargs: Any) -> Any:
+            if name in self.SETTLE and (final := self.open.pop(id(obj), None)) is not None:
+                final.detach()
+            out = original(obj, *args, **kwargs)
+            if name in self.ISSUE and out is not None:
+                self.open[id(out)] = weakref.finalize(out, self._let_go, id(out))
+            return out
+        return call
 
     def __enter__(self) -> WorkWatch:
-        def issue(original: Callable[..., Any]) -> Callable[..., Any]:
-            def call(group: object, *args: Any, **kwargs: Any) -> Any:
-                work = original(group, *args, **kwargs)
-                if work is not None:
-                    self.open[id(work)] = weakref.finalize(work, self._let_go, id(work))
-                return work
-            return call
-
-        def settle(original: Callable[..., Any]) -> Callable[..., Any]:
-            def call(work: object, *args: Any, **kwargs: Any) -> Any:
-                final = self.open.pop(id(work), None)
-                if final is not None:
-                    final.detach()
-                return original(work, *args, **kwargs)
-            return call
-
         for cls, name, original in self._saved:
-            setattr(cls, name, issue(original) if name in self.ISSUE else settle(original))
+            setattr(cls, name, self._wrap(name, original))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -237,25 +204,9 @@ def settle(ctx: RankContext) -> None:
 
 def reductions(counter: CollectiveCounter) -> list[Record]:
     """The process group's All-Reduce work items (the end-of-iteration marker left out): elements, bytes."""
-    out = []
-    for item in counter.work:
-        if item["op"] != "all_reduce" or (item["dtype"] == "int64" and item["numels"] == [END_MARK]):
-            continue
-        numel = sum(item["numels"])
-        dtype = getattr(torch, item["dtype"], None)
-        size = dtype.itemsize if isinstance(dtype, torch.dtype) else 4
-        out.append({"numel": numel, "bytes": numel * size})
-    return out
-
-
-def _iteration_calls(counter: CollectiveCounter) -> Record:
-    """The calls' sizes; launches and gradient-ready moments in seconds from the moment backward returned.
-    The launches are when the reader's code called each All-Reduce (the caller's thread, not gloo's worker);
-    the block's last call is :func:`settle`'s marker."""
-    end = next(ns for name, ns in counter.marks if name == BACKWARD_END)
-    launches = [(ns - end) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1]
-    return {"calls": reductions(counter), "launches": launches,
-            "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY]}
+    items = [(sum(i["numels"]), getattr(torch, i["dtype"], None)) for i in counter.work
+             if i["op"] == "all_reduce" and not (i["dtype"] == "int64" and i["numels"] == [END_MARK])]
+    return [{"numel": n, "bytes": n * (d.itemsize if isinstance(d, torch.dtype) else 4)} for n, d in items]
 
 
 def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
@@ -299,7 +250,11 @@ def _measured_step(ctx: RankContext, wrapped: nn.Module, model: nn.Module, oracl
         at_return = grads_of(model)
         settle(ctx)
     after = [float((a - s).abs().max()) for a, s in zip(at_return, grads_of(model)) if a is not None and s is not None]
-    return {**_iteration_calls(counter), "changed_after": max(after, default=0.0),
+    # 호출의 크기; 역전파가 돌아온 순간부터 잰 초: 읽는 사람이 All-Reduce를 부른 순간(마지막은 settle의 표시)과 그래디언트가 준비된 순간
+    end = next(ns for name, ns in counter.marks if name == BACKWARD_END)
+    return {"calls": reductions(counter), "changed_after": max(after, default=0.0),
+            "launches": [(ns - end) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1],
+            "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY],
             "unwaited": {"dropped": works.dropped, "held": works.held},
             "grads": [compare_grad(g, o, [r[i] for r in own], ctx.rank, None if previous is None else previous[i])
                       for i, (g, o) in enumerate(zip(at_return, target))]}, target
@@ -375,8 +330,9 @@ def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
 
 
 def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
-    torch.manual_seed(cfg.seed)
-    model = TiedPair(cfg.width).to(ctx.device)
+    torch.manual_seed(cfg.seed)  # 두 층이 가중치 하나를 나눠 쓴다: relu(x @ W.T + a) @ W.T + b
+    model = nn.Sequential(nn.Linear(cfg.width, cfg.width), nn.ReLU(), nn.Linear(cfg.width, cfg.width)).to(ctx.device)
+    model[2].weight = model[0].weight
     single = copy.deepcopy(model)  # 전역 배치로 같은 두 스텝을 밟는 단일 프로세스 (값은 보고만 한다)
     elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.SGD(params, lr=LR))
     x, y = make_data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)

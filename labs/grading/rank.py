@@ -1,16 +1,10 @@
 """What each rank runs to grade the reader's file: import it under guard, then every class through the
-probes of its interface, on a process group behind torch's collective checker.
-
-The reader's file is imported and run only here, inside each rank. A DDP runs the probes of
-:mod:`labs.grading.probes`, a ZeRO-1 optimizer those of :mod:`labs.grading.zero_probes`, a small FSDP
-those of :mod:`labs.grading.fsdp_probes`; nothing here judges. While the rank runs, its phase and stack
-are kept in a file, so that after a deadline or a dead rank the parent can name the reader's line.
-Warnings (torch's FutureWarning for a deprecated call, a UserWarning) are recorded, never printed: the
-report shows those the reader's own calls raised, with the line.
-
-Every class runs on a fresh process group wrapped in torch's collective checker (the wrapper that
-``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs): ranks that issue different collectives get a named
-error at that call instead of a hang, or gloo aborting the process.
+probes of its interface (:data:`INTERFACES`) on a fresh process group behind torch's collective checker
+(the wrapper ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs), so that ranks issuing different collectives get a
+named error at that call instead of a hang or gloo aborting. The reader's file runs only here; nothing here
+judges. The rank's phase and stack are kept in a file, so that after a deadline or a dead rank the parent
+can name the reader's line. Warnings are recorded, never printed: the report shows those the reader's own
+calls raised, with the line.
 """
 
 from __future__ import annotations
@@ -54,10 +48,8 @@ class StackWatch:
     def __init__(self, folder: str, rank: int):
         self.path = Path(folder) / f"rank{rank}.json" if folder else None
         self.phase = "start"
-        self._main = threading.get_ident()
-        self._stop = threading.Event()
+        self._main, self._stop, self._lock = threading.get_ident(), threading.Event(), threading.Lock()
         self._last: dict[str, Any] | None = None
-        self._lock = threading.Lock()
 
     def __enter__(self) -> StackWatch:
         if self.path is not None:
@@ -202,13 +194,6 @@ def _short_mismatch(text: str) -> str:
     return f"{int(calls[0][1]) + 1}번째 집합 통신에서 랭크들이 서로 다른 호출을 했습니다 ({ranks})"
 
 
-def _agree(ctx: RankContext, ok: bool) -> bool:
-    """Whether every rank is ``ok`` (so that no rank goes on grading alone and waits for the others)."""
-    flag = torch.tensor([1 if ok else 0], device=ctx.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
-
-
 class RankRecord(TypedDict):
     """What one rank found: the import's outcome, each class's probes, the warnings the reader's calls raised."""
 
@@ -221,6 +206,7 @@ def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: Pr
     """The rank's record (:class:`RankRecord`)."""
     with StackWatch(trace_dir, ctx.rank) as watch, reader_warnings(path) as found:
         module, error = import_file(path, watch)
-        graded = [grade_class(ctx, module, path, name, cfg) for name in classes] \
-            if _agree(ctx, module is not None) and module is not None else []
+        imported = torch.tensor([int(module is not None)], device=ctx.device)
+        dist.all_reduce(imported, op=dist.ReduceOp.MIN)  # 모든 랭크가 불러왔을 때만: 한 랭크만 채점하며 남을 기다리지 않게
+        graded = [grade_class(ctx, module, path, name, cfg) for name in classes] if imported.item() and module is not None else []
     return {"import_error": error, "classes": graded, "warnings": found}

@@ -1,15 +1,9 @@
-"""The reader's file, checked in the parent from its syntax tree: nothing in it is executed here.
-
-What can be known without running it is checked once, before any rank starts: the path, the size,
-the syntax, that each class is defined (or imported) at the top level, and for a class defined in
-the file its constructor's shape. What only running can tell (an inherited constructor, the base
-class) is checked by the same functions inside each rank (:func:`class_error`).
-
-The class says which interface it is graded against (:func:`kind_of`): ``ShardedOptimizer`` or any
-``torch.optim.Optimizer`` is a ZeRO-1 optimizer (chapter 13), ``FullyShardedDP`` or a module with
-``gather_full_params`` a small FSDP, anything else a DDP (chapter 9). Both paths read a class into one
-:class:`Shape` (what is known of its base, methods and constructor) and judge it by one rule,
-:func:`shape_error`.
+"""The reader's file, checked in the parent from its syntax tree (nothing in it is executed here) once,
+before any rank starts: the path, the size, the syntax, each class defined (or imported) at the top level,
+and for a class defined in the file its constructor's shape. What only running can tell (an inherited
+constructor, the base) is checked by the same rule inside each rank (:func:`class_error`): both read a class
+into one :class:`Shape` and judge it with :func:`shape_error`. The class says which interface it is graded
+against (:func:`kind_of`): a ZeRO-1 optimizer, a small FSDP or a DDP.
 """
 
 from __future__ import annotations
@@ -242,8 +236,7 @@ def validate_file(path: str | Path, classes: Sequence[str] | str | None) -> list
 def exit_calls(path: str | Path) -> list[int]:
     """Lines of module-level calls that end the process (``os._exit``, ``sys.exit``, ``os.kill`` …)."""
     _, tree = read_tree(path)
-    lines = []
-    stack: list[ast.AST] = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    lines, stack = [], list[ast.AST](tree.body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):

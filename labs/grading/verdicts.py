@@ -1,11 +1,8 @@
 """What every judge shares: one class's records on every rank, the two leading checks, and the walk
-over a judge's table of checks.
-
-A judge (:mod:`labs.grading.judge` for a DDP, :mod:`labs.grading.zero_judge`, :mod:`labs.grading.fsdp_judge`)
-is a :class:`Judge`: one module-level function per check (it takes the :class:`ClassRecords` and returns
-the check) in a table in the order of diagnosis, the probe each check reads, and the facts the report
-explains a failure with. :func:`judge_class` walks that table: a check whose probe raised on some rank,
-or whose ranks' collectives diverged, is reported as not measured (with the reason) instead of being run.
+over a judge's table. A judge (:mod:`~labs.grading.judge` for a DDP, :mod:`~labs.grading.zero_judge`,
+:mod:`~labs.grading.fsdp_judge`) is a :class:`Judge`: one module-level function per check in a table in the
+order of diagnosis, the probe each reads, and the facts the report explains a failure with. A check whose
+probe raised on some rank, or whose ranks' collectives diverged, is reported as not measured, with the reason.
 """
 
 from __future__ import annotations

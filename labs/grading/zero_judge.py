@@ -1,7 +1,6 @@
-"""The parent's verdicts on a ZeRO-1 optimizer from the records of :mod:`labs.grading.zero_probes`.
-
-The order of :data:`CHECKS` is the order of diagnosis: a step that shares nothing explains replicas that
-differ, which explain parameters that are not DDP's, which explain results that are not the oracles'.
+"""The parent's verdicts on a ZeRO-1 optimizer from the records of :mod:`labs.grading.zero_probes`, in the order
+of diagnosis: a step that shares nothing explains replicas that differ, which explain parameters that are not
+DDP's, which explain results that are not the oracles'.
 """
 
 from __future__ import annotations
@@ -11,10 +10,6 @@ from .config import OPTIMIZER_LABELS
 from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, names
 
 PROBE_NAMES = {"train": "학습 반복에서", "groups": "add_param_group으로 그룹을 더한 뒤"}
-PROBE_OF = {"step_shares_params": "train", "replicas_identical": "train", "params_updated": "train",
-            "state_divided": "train", "zero_grad_clears": "train", "param_groups_honoured": "groups",
-            "matches_oracles": "train"}
-NEEDS_TWO_RANKS = ("step_shares_params", "replicas_identical")
 
 
 def step_shares_params(r: ClassRecords) -> Check:
@@ -130,6 +125,7 @@ CHECK_FNS = {"step_shares_params": step_shares_params, "replicas_identical": rep
              "params_updated": params_updated, "state_divided": state_divided, "zero_grad_clears": zero_grad_clears,
              "param_groups_honoured": param_groups_honoured, "matches_oracles": matches_oracles}
 CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
+PROBE_OF = {**dict.fromkeys(CHECK_FNS, "train"), "param_groups_honoured": "groups"}
 
 
 def facts(r: ClassRecords) -> Facts:
@@ -142,4 +138,4 @@ def facts(r: ClassRecords) -> Facts:
             "causes": {} if cause is None else {"state_divided": cause}}
 
 
-JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, needs_two_ranks=NEEDS_TWO_RANKS)
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, needs_two_ranks=("step_shares_params", "replicas_identical"))

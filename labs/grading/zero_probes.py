@@ -1,19 +1,14 @@
-"""The ranks' side of grading a ZeRO-1 optimizer, ``ShardedOptimizer(params, optimizer_cls, **kwargs)``.
+"""The ranks' side of grading a ZeRO-1 optimizer, ``ShardedOptimizer(params, optimizer_cls, **kwargs)``; the
+verdicts are in :mod:`labs.grading.zero_judge`. The model is wrapped in torch DDP on the grader's own process
+group, so every rank holds the same mean gradient before ``step()``; the reader's optimizer works on the
+checked default group.
 
-Like :mod:`labs.grading.probes`, nothing here judges; the verdicts are in :mod:`labs.grading.zero_judge`.
-The course's model is wrapped in torch DDP (on the grader's own process group), so every rank holds the
-same averaged gradient before ``step()``; the reader's optimizer works on the checked default group.
-
-- ``train``: K steps with SGD (momentum) and with AdamW through the reader's class, next to torch DDP
-  with the plain optimizer and one process on the global batch. Recorded per rank: the collectives each
-  ``step()`` issued (the process group's work items), the parameters' fingerprint after each step, each
-  parameter after the first step against DDP's and against its own value before the step, the
-  optimizer state's bytes (storage accounting of every torch optimizer the object holds), the single
-  process's state bytes per parameter, the parameters that still have a gradient after ``zero_grad()``,
-  and the differences from both oracles after K steps.
-- ``groups``: the optimizer is built over the first half of the layers and the second half is added later
-  with ``add_param_group`` and another learning rate, next to torch's optimizer built the same way;
-  the groups' learning rates as ``param_groups`` shows them and each group's difference after K steps.
+- ``train``: K steps of SGD (momentum) and AdamW through the reader's class, next to torch DDP with the plain
+  optimizer and one process on the global batch: each ``step()``'s collectives, the parameters' fingerprint
+  after it, each parameter after the first step against DDP's and its own value before, the state bytes held
+  (those of one process per parameter), the parameters ``zero_grad()`` left a gradient on, and the oracles' diffs.
+- ``groups``: built over the first half of the layers, the second half added later with ``add_param_group``
+  and another learning rate, next to torch's optimizer built the same way.
 """
 
 from __future__ import annotations
@@ -36,16 +31,11 @@ PROBES = ("train", "groups")
 LATER_LR = 0.15     # add_param_group으로 나중에 더하는 그룹의 학습률: 생성자의 lr과 달라야 무시했는지 보인다
 
 
-def held_optimizers(root: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
-    """``root`` and every torch optimizer it keeps (:func:`labs.grading.reach.reachable`): wherever the
-    reader keeps the optimizer of its shard, its ``state`` is found."""
-    return [obj for obj in reachable(root) if isinstance(obj, torch.optim.Optimizer)]
-
-
 def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
-    """Bytes of the distinct storages in the ``state`` of every optimizer the object holds, the model's
-    parameters and gradients left out."""
-    return held_bytes([opt.state for opt in held_optimizers(optimizer)], [t for p in model.parameters() for t in (p, p.grad)])
+    """Bytes of the distinct storages in the ``state`` of the object and of every torch optimizer it keeps (found
+    wherever the reader keeps its shard's optimizer), the model's parameters and gradients left out."""
+    return held_bytes([obj.state for obj in reachable(optimizer) if isinstance(obj, torch.optim.Optimizer)],
+                      [t for p in model.parameters() for t in (p, p.grad)])
 
 
 def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
@@ -90,18 +80,14 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
     return out
 
 
-def _halves(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    params = list(model.parameters())
-    return params[:len(params) // 2], params[len(params) // 2:]
-
-
 def probe_groups(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, x, y = start(ctx, cfg, cfg.steps)
     model, ref = copy.deepcopy(init), copy.deepcopy(init)
     ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
     opt_cls, kwargs = OPTIMIZER_ARGS["sgd"]
-    (early, later), (ref_early, ref_later) = _halves(model), _halves(ref)
+    half = len(list(init.parameters())) // 2
+    (early, later), (ref_early, ref_later) = ((ps[:half], ps[half:]) for ps in (list(model.parameters()), list(ref.parameters())))
     mine = cls(early, opt_cls, **kwargs)
     mine.add_param_group({"params": later, "lr": LATER_LR})  # 생성한 뒤에 더한 그룹: 다른 학습률
     theirs = opt_cls(ref_early, **kwargs)
