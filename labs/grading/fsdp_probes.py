@@ -33,7 +33,6 @@ from .config import OPTIMIZER_ARGS, ProbeConfig
 from .probes import Graded, ProbeFn, Record, compare_grad, finish, float_calls, oracle_grads, start
 from .reach import held_bytes
 
-PROBES = ("train", "grads", "memory", "mixed")
 IMPLIED_LR = 1.0  # grads: w0 − w1이 곧 그래디언트가 되는 학습률
 
 

@@ -132,14 +132,6 @@ def layout_check(train: list[Record], bucketed: bool, cap_mb: float) -> tuple[bo
     return False, f"{shown}, 호출 크기 {calls}바이트: {problem}"
 
 
-def call_sizes_differ(r: ClassRecords) -> str | None:
-    """Ranks whose All-Reduce calls had different sizes (torch's checker matched their order, call by call)."""
-    sizes = [[sorted(c["numel"] for c in it["calls"]) for it in rank["iterations"]] for rank in r.probes["train"] or []]
-    if all(s == sizes[0] for s in sizes):
-        return None
-    return "랭크마다 All-Reduce 호출(원소 수)이 다름: " + "; ".join(f"랭크 {i}: {s[0]}" for i, s in enumerate(sizes))
-
-
 # --- 확인마다 판정 함수 ---------------------------------------------------------------------------------
 
 def broadcast_at_construction(r: ClassRecords) -> Check:
@@ -244,11 +236,9 @@ def matches_oracles(r: ClassRecords) -> Check:
                          "단일 프로세스와 같다(최대 절대 차이)")
 
 
-CHECK_FNS = {"broadcast_at_construction": broadcast_at_construction, "buffers_broadcast": buffers_broadcast,
-             "handles_waited": handles_waited, "collectives_per_iteration": collectives_per_iteration,
-             "grads_averaged": grads_averaged, "reduced_during_backward": reduced_during_backward,
-             "launch_order": launch_order, "frozen_untouched": frozen_untouched, "tied_reduced_once": tied_reduced_once,
-             "matches_oracles": matches_oracles}
+CHECK_FNS = {f.__name__: f for f in (broadcast_at_construction, buffers_broadcast, handles_waited, collectives_per_iteration,
+                                     grads_averaged, reduced_during_backward, launch_order, frozen_untouched, tied_reduced_once,
+                                     matches_oracles)}  # 확인의 이름은 함수의 이름
 CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
 PROBE_OF = {**dict.fromkeys(CHECK_FNS, "train"), "broadcast_at_construction": "broadcast", "buffers_broadcast": "broadcast",
             "frozen_untouched": "frozen", "tied_reduced_once": "tied"}
@@ -277,4 +267,6 @@ def facts(r: ClassRecords) -> Facts:
             "tied_value_diff": max(rank["value_diff"] for rank in tied) if tied else None}
 
 
-JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=call_sizes_differ)
+# 랭크마다 All-Reduce의 크기(호출 순서는 torch의 검사기가 호출마다 맞춰 봤다)
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts,
+              calls=("All-Reduce 호출(원소 수)", lambda t: [sorted(c["numel"] for c in it["calls"]) for it in t["iterations"]]))

@@ -43,7 +43,6 @@ from .config import LR, OPTIMIZER_ARGS, ProbeConfig
 Record = dict[str, Any]  # 한 검사가 랭크에서 남기는 기록: 숫자·문자열·목록·사전뿐 (부모가 JSON으로 받는다)
 ProbeFn = Callable[[RankContext, type, ProbeConfig, dist.ProcessGroup], Record]
 
-PROBES = ("broadcast", "train", "frozen", "tied")
 STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다리지 않은 All-Reduce는 finish가 돌아올 때 끝났을 수 없다
 READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
 END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
@@ -130,12 +129,9 @@ def compare_grad(g: torch.Tensor | None, oracle: torch.Tensor, ranks_own: list[t
         return {"none": False, "shape": list(g.shape)}
     g, oracle = g.reshape(-1).double(), oracle.reshape(-1).double()
     own = torch.stack([t.reshape(-1).double() for t in ranks_own])
-    ratio, res = _fit(g, oracle)
-    local_ratio, local_res = _fit(g, own[rank])
-    n = len(ranks_own)
-    return {"none": False, "err": _rel(g, oracle), "ratio": ratio, "res": res, "local_ratio": local_ratio,
-            "local_res": local_res,
-            "op_err": {op: min(_rel(g, combine(own)), _rel(g, combine(own) / n)) for op, combine in OTHER_OPS.items()},
+    (ratio, res), (local_ratio, local_res) = _fit(g, oracle), _fit(g, own[rank])
+    return {"none": False, "err": _rel(g, oracle), "ratio": ratio, "res": res, "local_ratio": local_ratio, "local_res": local_res,
+            "op_err": {op: min(_rel(g, combine(own)), _rel(g, combine(own) / len(own))) for op, combine in OTHER_OPS.items()},
             "prev_err": None if previous is None else _rel(g, previous.reshape(-1).double())}
 
 

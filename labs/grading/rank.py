@@ -30,12 +30,13 @@ from torch.distributed import distributed_c10d
 from ..context import RankContext
 from . import fsdp_probes, probes, zero_probes
 from .config import ProbeConfig
-from .probes import Record, takes_cap
+from .probes import ProbeFn, Record, takes_cap
 from .source import class_error, kind_of
 
 WATCH_S = 0.2     # 멈춘 곳을 적는 간격
 MISMATCH = "Detected mismatch between collectives"
-INTERFACES: dict[str, ModuleType] = {"ddp": probes, "zero": zero_probes, "fsdp": fsdp_probes}  # 인터페이스마다 검사 모듈
+# 인터페이스마다 검사들, 도는 순서로
+INTERFACES: dict[str, dict[str, ProbeFn]] = {"ddp": probes.PROBE_FNS, "zero": zero_probes.PROBE_FNS, "fsdp": fsdp_probes.PROBE_FNS}
 MAX_WARNINGS = 10  # 기록하는 경고의 수 (서로 다른 것만)
 
 
@@ -169,11 +170,10 @@ def grade_class(ctx: RankContext, module: ModuleType, path: str, name: str, cfg:
                    "bucketed": isinstance(cls, type) and problem is None and kind == "ddp" and takes_cap(cls)}
     if problem is not None or not isinstance(cls, type):
         return out
-    chosen = INTERFACES[kind]
     with checked_group(ctx.backend) as original:
-        for key in chosen.PROBES:
+        for key, probe in INTERFACES[kind].items():
             try:
-                out[key] = chosen.PROBE_FNS[key](ctx, cls, cfg, original)
+                out[key] = probe(ctx, cls, cfg, original)
             except BaseException as error:  # 읽는 사람의 코드가 낸 것은 무엇이든 기록한다 (SystemExit도)
                 if MISMATCH in str(error):  # 모든 랭크가 같은 호출에서 함께 알아챈다
                     out["mismatch"] = _short_mismatch(str(error))

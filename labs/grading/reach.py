@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterable, Iterator
-from types import CellType
+from contextlib import suppress
 
 import torch
 
@@ -28,30 +28,22 @@ def _children(obj: object) -> list[object]:
         return list(obj)
     if isinstance(obj, types.MethodType):
         return [obj.__self__, obj.__func__]
+    found: list[object] = []
     if isinstance(obj, types.FunctionType):
-        return [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
+        for cell in obj.__closure__ or ():
+            with suppress(ValueError):  # 아직 값이 없는 칸
+                found.append(cell.cell_contents)
+        return found
     if hasattr(obj, "next_functions"):  # autograd의 노드: 다음 노드, 저장한 텐서, 사용자 Function의 ctx 속성
-        saved = []
-        for name in dir(obj):
-            if name.startswith("_saved_"):
-                try:
-                    saved.append(getattr(obj, name))
-                except RuntimeError:  # 역전파가 이미 풀어 버린 값
-                    continue
+        for name in (n for n in dir(obj) if n.startswith("_saved_")):
+            with suppress(RuntimeError):  # 역전파가 이미 풀어 버린 값
+                found.append(getattr(obj, name))
         nodes = [node for node, _ in obj.next_functions if node is not None]
-        return nodes + saved + list(getattr(obj, "__dict__", {}).values())
+        return nodes + found + list(getattr(obj, "__dict__", {}).values())
     if not hasattr(obj, "__dict__") or (type(obj).__module__.startswith(("torch._C", "torch.distributed"))
                                         and not isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))):
         return []  # 프로세스 그룹 같은 torch의 객체: 그 안의 텐서는 읽는 사람이 쥔 것이 아니다
     return list(vars(obj).values())
-
-
-def _filled(cell: CellType) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 def reachable(*roots: object) -> Iterator[object]:

@@ -87,20 +87,14 @@ def class_report(result: LabResult, cls: dict[str, Any]) -> list[str]:
                     f"가장 가능성 높은 원인 ({cause}): {why}", f"볼 곳: {where}"]
 
 
-def warning_lines(warnings: list[dict[str, Any]]) -> list[str]:
-    """The warnings torch gave the reader's own calls (a deprecated function, say): worth fixing, graded or not."""
-    if not warnings:
-        return []
-    return ["torch가 여러분의 코드에 낸 경고 (채점과 별개로 고칠 만한 것):"] + [
-        f"  - {w['where'][0]} {w['where'][1]}행 `{w['where'][2]}`: {w['category']}: {w['message']}" for w in warnings]
-
-
 def report(result: LabResult) -> str:
-    """The Korean report: every check, its measured value, and for a failure the cause and where to look."""
-    lines = []
-    for cls in result.data["classes"]:
-        lines += class_report(result, cls) + [""]
-    return "\n".join(lines + warning_lines(result.data.get("warnings", []))).rstrip()
+    """The Korean report: every check, its measured value, and for a failure the cause and where to look; then
+    the warnings torch gave the reader's own calls (a deprecated function, say): worth fixing, graded or not."""
+    lines = [line for cls in result.data["classes"] for line in [*class_report(result, cls), ""]]
+    warnings = result.data.get("warnings", [])
+    lines += (["torch가 여러분의 코드에 낸 경고 (채점과 별개로 고칠 만한 것):"] if warnings else []) + [
+        f"  - {w['where'][0]} {w['where'][1]}행 `{w['where'][2]}`: {w['category']}: {w['message']}" for w in warnings]
+    return "\n".join(lines).rstrip()
 
 
 def explain_error(err: LabError, timeout: float) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +65,6 @@ def checked(result: LabResult | None) -> LabResult | None:
     return result
 
 
-def _rank_states(trace_dir: str) -> dict[int, dict[str, Any]]:
-    states = {}
-    for file in Path(trace_dir).glob("rank*.json"):
-        try:
-            states[int(file.stem[4:])] = json.loads(file.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
-            continue
-    return states
-
-
 def _place(frame: list[Any]) -> str:
     file, line, fn, code = frame
     return f"{Path(file).name} {line}행 {fn}()" + (f": {code.strip()}" if code.strip() else "")
@@ -83,13 +73,14 @@ def _place(frame: list[Any]) -> str:
 def _explained(err: RankCrashedError | LabTimeoutError, path: str | Path, trace_dir: str) -> LabError:
     """A dead or stuck rank in the reader's words: at import it is bad input (exit 2); later, a deadlock
     report that names the reader's own frame first, then the grader's."""
-    states = _rank_states(trace_dir)
-    mine = Path(path).resolve()
-    name = Path(path).name
+    states: dict[int, dict[str, Any]] = {}
+    for file in Path(trace_dir).glob("rank*.json"):
+        with suppress(ValueError, OSError):  # 랭크가 쓰다 만 파일
+            states[int(file.stem[4:])] = json.loads(file.read_text(encoding="utf-8"))
+    mine, name = Path(path).resolve(), Path(path).name
     ranks = [err.rank] if isinstance(err, RankCrashedError) else err.missing_ranks
-    importing = [r for r in ranks if states.get(r, {}).get("phase") == "import"]
-    if importing:
-        r = importing[0]
+    r = next((r for r in ranks if states.get(r, {}).get("phase") == "import"), None)
+    if r is not None:
         frames = [f for f in states[r]["frames"] if Path(f[0]).resolve() == mine]
         if isinstance(err, RankCrashedError):
             lines = exit_calls(path)

@@ -55,14 +55,13 @@ def class_names(classes: object) -> list[str]:
 
 def read_tree(path: str | Path) -> tuple[Path, ast.Module]:
     """The file's syntax tree, after the checks on its path and size (Korean errors)."""
-    text = str(path)
-    long = next((part for part in Path(text).parts if len(part.encode("utf-8", "replace")) > MAX_NAME), None)
+    file = Path(path)
+    long = next((part for part in file.parts if len(part.encode("utf-8", "replace")) > MAX_NAME), None)
     if long is not None:
         raise GradeInputError(f"경로의 한 부분이 {MAX_NAME}바이트보다 깁니다({len(long.encode('utf-8', 'replace'))}바이트: "
                               f"{long[:40]}…). 파일 이름이나 폴더 이름을 줄여 다시 채점하세요.")
-    file = Path(text)
     if not file.is_file():
-        raise GradeInputError(f"채점할 파일이 없습니다: {text!r}. 경로를 확인하세요 "
+        raise GradeInputError(f"채점할 파일이 없습니다: {str(path)!r}. 경로를 확인하세요 "
                               "(노트북에서는 %%writefile로 먼저 파일을 만드세요).")
     size = file.stat().st_size
     if size > MAX_BYTES:
@@ -152,13 +151,12 @@ def kind_from(names: Iterable[str], optimizer: bool, gathers: bool) -> str:
 def constructor_ok(kind: str, sig: Signature) -> bool:
     """``DDP(module[, bucket_cap_mb])``, ``ShardedOptimizer(params, optimizer_cls, **kwargs)`` or
     ``FullyShardedDP(module, compute_dtype=None)``: nothing else may be required."""
+    first, required = set(sig.positional[:1]), set(sig.required)
     if kind == "zero":
-        return len(sig.positional) >= 2 and sig.kwargs and set(sig.required) <= set(sig.positional[:2])
-    if not sig.positional:
-        return False
+        return len(sig.positional) >= 2 and sig.kwargs and required <= set(sig.positional[:2])
     if kind == "fsdp":
-        return set(sig.required) <= {sig.positional[0]} and ("compute_dtype" in sig.positional or sig.kwargs)
-    return set(sig.required) <= {sig.positional[0], "bucket_cap_mb"}
+        return bool(first) and required <= first and ("compute_dtype" in sig.positional or sig.kwargs)
+    return bool(first) and required <= first | {"bucket_cap_mb"}
 
 
 def shape_error(name: str, shape: Shape, where: str = "") -> str | None:

@@ -63,7 +63,8 @@ class Judge:
     probe_names: Mapping[str, str]           # 검사 → 보고서의 말("학습 반복에서")
     facts: Callable[[ClassRecords], Facts]   # 보고서가 쓰는 값
     error: Callable[[ClassRecords, Mapping[str, str]], str | None] = first_error
-    mismatch: Callable[[ClassRecords], str | None] = lambda r: None  # 기록에서 보이는 랭크 사이의 어긋남
+    # 랭크 사이의 어긋남을 찾는 반복별 호출: (보고서의 말, train 검사의 한 랭크 기록 → 반복별 호출)
+    calls: tuple[str, Callable[[Record], list[Any]]] = ("", lambda rank: [])
     needs_two_ranks: tuple[str, ...] = ()
 
     @property
@@ -136,7 +137,9 @@ def judge_class(judge: Judge, ranks: list[Record], j: int, params: Mapping[str, 
                      {p: None if any(c.get(p) is None for c in on_ranks) else [c[p] for c in on_ranks]
                       for p in judge.probe_names},
                      next((c["mismatch"] for c in on_ranks if c["mismatch"]), None))
-    if r.mismatch is None:
-        r = replace(r, mismatch=judge.mismatch(r))
+    what, calls_of = judge.calls
+    per_rank = [calls_of(rank) for rank in r.probes.get("train") or []]
+    if r.mismatch is None and any(c != per_rank[0] for c in per_rank):
+        r = replace(r, mismatch=f"랭크마다 {what}이 다름: " + "; ".join(f"랭크 {i}: {c[0]}" for i, c in enumerate(per_rank)))
     checks = leading_checks(judge.error(r, judge.probe_names), r.mismatch)
     return checks + [measured(judge, r, name) for name in judge.check_fns], {**judge.facts(r), "mismatch": r.mismatch}

@@ -121,9 +121,8 @@ def matches_oracles(r: ClassRecords) -> Check:
                          "그리고 전역 배치로 학습한 단일 프로세스와 같다(최대 절대 차이)")
 
 
-CHECK_FNS = {"step_shares_params": step_shares_params, "replicas_identical": replicas_identical,
-             "params_updated": params_updated, "state_divided": state_divided, "zero_grad_clears": zero_grad_clears,
-             "param_groups_honoured": param_groups_honoured, "matches_oracles": matches_oracles}
+CHECK_FNS = {f.__name__: f for f in (step_shares_params, replicas_identical, params_updated, state_divided, zero_grad_clears,
+                                     param_groups_honoured, matches_oracles)}  # 확인의 이름은 함수의 이름
 CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
 PROBE_OF = {**dict.fromkeys(CHECK_FNS, "train"), "param_groups_honoured": "groups"}
 

@@ -27,7 +27,6 @@ from .config import OPTIMIZER_ARGS, ProbeConfig
 from .probes import ProbeFn, Record, float_calls, start
 from .reach import held_bytes, reachable
 
-PROBES = ("train", "groups")
 LATER_LR = 0.15     # add_param_group으로 나중에 더하는 그룹의 학습률: 생성자의 lr과 달라야 무시했는지 보인다
 
 
