@@ -116,9 +116,8 @@ def _own(model: nn.Module) -> list[torch.Tensor | None]:
 
 
 def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
-    n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, xs, ys = start(ctx, cfg)
-    x, y = rank_batch(xs, ys, ctx.rank, n, per_rank)
+    x, y = rank_batch(xs, ys, ctx.rank, ctx.world_size, cfg.per_rank_batch)
     # 나눌 가중치: 인터페이스의 규칙(labs/ddp/fsdp.py) 그대로
     weights = [w for _, m in sharded_modules(init) if (w := own_weight(m)) is not None]
     shards = {id(w) for w in weights}
@@ -142,10 +141,9 @@ def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
 
 
 def probe_mixed(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
-    n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, x, y = start(ctx, cfg)
     wrapped = cls(copy.deepcopy(init), compute_dtype=torch.bfloat16)
-    iteration(wrapped, *rank_batch(x, y, ctx.rank, n, per_rank))
+    iteration(wrapped, *rank_batch(x, y, ctx.rank, ctx.world_size, cfg.per_rank_batch))
     return {"params": [[name, *(None if t is None else str(t.dtype).removeprefix("torch.") for t in (p, p.grad))]
                        for name, p in wrapped.named_parameters()]}
 

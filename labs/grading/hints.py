@@ -102,7 +102,9 @@ FSDP_HINTS = {
 }
 
 # 판정이 측정으로 원인을 더 좁힐 때(판정의 causes): 확인 → 원인 → (원인, 볼 곳). {이름}은 판정이 넘긴 값이다.
-# 넘겨진 뒤에야 p.grad에 쌓이는 그래디언트: 텐서 훅(register_hook)을 바로잡는 곳은 하나다
+# 훅에 넘겨진 뒤에야 p.grad에 쌓이는 그래디언트: 텐서 훅(register_hook)의 까닭과 바로잡는 곳은 하나다
+BEFORE_ACCUMULATION = ("register_hook으로 건 텐서 훅은 그래디언트가 p.grad에 쌓이기 전에 불리고, zero_grad()가 p.grad를 None으로 "
+                       "지운 뒤에는 그때 p.grad가 없습니다.")
 AFTER_ACCUMULATION = ("훅은 p.register_post_accumulate_grad_hook(hook)으로 거세요: 그래디언트가 p.grad에 쌓인 뒤 p를 받아 불리므로, "
                       "그때의 p.grad가 이번 역전파의 그래디언트입니다")
 GRAD_CAUSES = {
@@ -115,8 +117,7 @@ GRAD_CAUSES = {
                          "파라미터들이 훅이나 버킷에서 빠졌습니다.", "훅을 거는 목록과 버킷에 넣는 목록이 학습하는 모든 파라미터를 "
                          "담는지 보세요"),
     "hook_before_grad": ("훅이 불릴 때 p.grad가 아직 없어(None) 보낸 그래디언트가 없습니다: 이 반복에 All-Reduce한 원소가 0개입니다. "
-                         "register_hook으로 건 텐서 훅은 그래디언트가 p.grad에 쌓이기 전에 불리고, zero_grad()가 p.grad를 None으로 지운 "
-                         "뒤에는 그때 p.grad가 없습니다.", AFTER_ACCUMULATION),
+                         + BEFORE_ACCUMULATION, AFTER_ACCUMULATION),
     "tensor_hook": ("register_hook으로 건 텐서 훅이 받은 그래디언트를 All-Reduce했지만, autograd가 p.grad에 쌓는 것은 그 사본이라 평균이 "
                     "p.grad에 닿지 않았습니다. 훅은 그래디언트가 p.grad에 쌓이기 전에 불립니다.", AFTER_ACCUMULATION),
     "not_divided": ("p.grad가 평균의 N배입니다: All-Reduce는 합만 구하는데 N으로 나누지 않았습니다(SGD의 스텝이 N배).",
@@ -146,9 +147,8 @@ FSDP_CAUSES = {
 CAUSES = {
     "ddp": {
         "grads_averaged": GRAD_CAUSES,
-        "runs_without_error": {"hook_before_grad": ("훅이 p.grad를 읽었지만 아직 None이었습니다: register_hook으로 건 텐서 훅은 "
-                                                    "그래디언트가 p.grad에 쌓이기 전에 불리고, zero_grad()가 p.grad를 None으로 지운 "
-                                                    "뒤에는 그때 p.grad가 없습니다.", AFTER_ACCUMULATION)},
+        "runs_without_error": {"hook_before_grad": ("훅이 p.grad를 읽었지만 아직 None이었습니다: " + BEFORE_ACCUMULATION,
+                                                    AFTER_ACCUMULATION)},
         "handles_waited": {
             "dropped": ("반복 {iteration}의 finish_gradient_synchronization()이 All-Reduce의 작업(Work) {count}개를 기다리지 않고 "
                         "버렸습니다({line}). torch는 작업이 끝나는 순서를 약속하지 않으므로 작업마다 wait()를 불러야 그 합이 p.grad에 "

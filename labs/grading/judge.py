@@ -44,8 +44,7 @@ def grad_cause(g: Record, n: int, iteration: int) -> str:
 
 
 def hooks_before_grad(r: ClassRecords) -> bool:
-    """Whether the class hooks its parameters only with tensor hooks (``register_hook``), which run before
-    the gradient is written into ``p.grad``."""
+    """Whether the class hooks its parameters only with tensor hooks (``register_hook``: before ``p.grad`` is written)."""
     b = r.probes["broadcast"]
     return b is not None and b[0]["hooks"]["tensor"] > 0 and b[0]["hooks"]["post_accumulate"] == 0
 
@@ -65,8 +64,7 @@ def first_bad_grads(r: ClassRecords) -> Record | None:
         op_err = first.get("op_err") or {}
         if local:
             reduced = sum(c["numel"] for c in it["calls"])
-            cause = ("tensor_hook" if reduced else "hook_before_grad") if hooks_before_grad(r) else \
-                cause if every else "not_reduced_some"
+            cause = ("tensor_hook" if reduced else "hook_before_grad") if hooks_before_grad(r) else cause if every else "not_reduced_some"
         return {"iteration": t, "rank": rank, "params": [train[0]["names"][i] for i in bad], "cause": cause,
                 "all": every, "op": min(op_err, key=lambda op: op_err[op]) if cause == "wrong_op" else None,
                 "local": local, "ratio": first.get("local_ratio" if local else "ratio")}
@@ -132,8 +130,6 @@ def layout_check(train: list[Record], bucketed: bool, cap_mb: float) -> tuple[bo
     return False, f"{shown}, 호출 크기 {calls}바이트: {problem}"
 
 
-# --- 확인마다 판정 함수 ---------------------------------------------------------------------------------
-
 def broadcast_at_construction(r: ClassRecords) -> Check:
     return check_close("broadcast_at_construction", max(b["max_diff"] for b in r.of("broadcast")), 0.0, 0.0,
                        "랭크마다 다른 값으로 만든 모델을 감싸면 모든 랭크의 파라미터가 랭크 0의 초기값과 같아진다(최대 차이)")
@@ -159,9 +155,8 @@ def handles_waited(r: ClassRecords) -> Check:
     else:
         value = "모든 작업을 기다렸고, finish가 돌아온 뒤 p.grad가 바뀌지 않음"
     return check_true("handles_waited", left is None and changed == 0.0, value,
-                      "finish_gradient_synchronization()이 돌아올 때 모든 All-Reduce가 끝나 있다: 받은 작업(Work)마다 "
-                      "wait()를 불렀거나 get_future()로 넘겼고, 그 직후의 p.grad가 남은 통신이 모두 끝난 뒤의 p.grad와 "
-                      "같음(랭크 0 말고는 늦게 출발시켜 잼)")
+                      "finish_gradient_synchronization()이 돌아올 때 모든 All-Reduce가 끝나 있다: 받은 작업(Work)마다 wait()를 불렀거나 "
+                      "get_future()로 넘겼고, 그 직후의 p.grad가 남은 통신이 모두 끝난 뒤의 p.grad와 같음(랭크 0 말고는 늦게 출발시켜 잼)")
 
 
 def grads_averaged(r: ClassRecords) -> Check:

@@ -1,8 +1,6 @@
-"""The probes of a DDP class, run inside each rank by :mod:`labs.grading.rank`, and the measuring tools
-the chapter 13 probes (:mod:`~labs.grading.zero_probes`, :mod:`~labs.grading.fsdp_probes`) share.
-
-Nothing here judges: each probe records raw measurements for :mod:`labs.grading.judge`, which runs in the
-parent where the reader's code cannot reach its thresholds.
+"""The probes of a DDP class, run inside each rank by :mod:`labs.grading.rank`, and the measuring tools the
+chapter 13 probes (:mod:`~labs.grading.zero_probes`, :mod:`~labs.grading.fsdp_probes`) share. Nothing here
+judges: each probe records raw measurements for :mod:`labs.grading.judge`, in the parent, out of the reader's reach.
 
 - ``broadcast``: a BatchNorm model whose parameters *and* running statistics differ per rank; after
   construction, each one's distance from rank 0's values, and how many parameters carry each kind of hook.
@@ -47,15 +45,13 @@ STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다
 READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
 END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
 # 읽는 사람의 줄을 찾을 때 건너뛰는 곳: 표준 라이브러리, torch, 채점기
-LIBRARIES = tuple(str(Path(d).resolve()) for d in (sysconfig.get_paths()["stdlib"], Path(torch.__file__).parent,
-                                                    Path(__file__).parent))
+LIBRARIES = tuple(str(Path(d).resolve()) for d in (sysconfig.get_paths()["stdlib"], Path(torch.__file__).parent, Path(__file__).parent))
 
 
 class Graded(Protocol):
     """What the probes call on the reader's object beyond what every ``nn.Module`` has."""
 
     def finish_gradient_synchronization(self) -> None: ...
-
     def gather_full_params(self) -> dict[str, torch.Tensor]: ...
 
 
@@ -72,8 +68,6 @@ def takes_cap(cls: type) -> bool:
 def construct(cls: type, module: nn.Module, cap: float) -> nn.Module:
     return cls(module, bucket_cap_mb=cap) if takes_cap(cls) else cls(module)
 
-
-# --- 측정 ----------------------------------------------------------------------------------------------
 
 def flat(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).double() for t in tensors])
@@ -144,11 +138,9 @@ def float_calls(counter: CollectiveCounter) -> Record:
 
 
 class WorkWatch:
-    """The async work objects the process group hands out inside the block (``dist.all_reduce(…,
-    async_op=True)``, ``group.allreduce(…)``, the coalesced form) still unsettled when it ends: never waited
-    on (``wait()``) nor handed on to a future (``get_future()``, whose completion the changed-after measurement
-    judges). :attr:`dropped` keeps, for each one let go before that, the reader's line that let go of it;
-    :attr:`held` counts those still kept."""
+    """The async work objects the process group hands out inside the block (``dist.all_reduce(…, async_op=True)``,
+    ``group.allreduce(…)``, the coalesced form) neither waited on nor handed to a future (``get_future()``, judged by the
+    change after finish): :attr:`dropped`, the reader's line that let go of each; :attr:`held`, those kept at the end."""
 
     ISSUE, SETTLE = ("allreduce", "allreduce_coalesced"), ("wait", "get_future")
 
@@ -191,9 +183,8 @@ class WorkWatch:
 
 
 def settle(ctx: RankContext) -> None:
-    """The end of an iteration on every rank: a call no reader makes (so a rank with one more or one
-    fewer call of its own meets a named mismatch, not a peer's call of the same kind), then a barrier,
-    which waits for every earlier work item of the group (the reductions nobody waited on)."""
+    """The end of an iteration on every rank: a call no reader makes (a rank with a call more or fewer meets a
+    named mismatch, not a peer's call of the same kind), then a barrier: it waits for every earlier work item."""
     dist.all_reduce(torch.zeros(END_MARK, dtype=torch.int64, device=ctx.device))
     dist.barrier()
 
@@ -230,8 +221,7 @@ def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dis
 def _measured_step(ctx: RankContext, wrapped: nn.Module, model: nn.Module, oracle: nn.Module,
                    data: tuple[torch.Tensor, torch.Tensor], step: int, per_rank: int,
                    previous: list[torch.Tensor] | None) -> tuple[Record, list[torch.Tensor]]:
-    """One measured iteration of the reader's class: its record, and the oracle's gradients (the next one's
-    ``previous``)."""
+    """One measured iteration of the reader's class: its record, and the oracle's gradients (the next ``previous``)."""
     n = ctx.world_size
     oracle.load_state_dict(model.state_dict())  # 지금의 가중치에서 잰 기준 그래디언트
     target = oracle_grads(oracle, *rank_batch(*data, 0, 1, n * per_rank, step))  # 전역 배치 전체
@@ -288,9 +278,8 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
             mse_backward(single, *rank_batch(x, y, 0, 1, n * per_rank, step))
             for opt in optimizers:
                 opt.step()
-        ours = list(model.parameters())
-        out["diffs"][opt_name] = {"ddp": max_abs_diff(ours, list(ddp.parameters())),
-                                  "single": max_abs_diff(ours, list(single.parameters()))}
+        out["diffs"][opt_name] = {k: max_abs_diff(list(model.parameters()), list(m.parameters()))
+                                  for k, m in (("ddp", ddp), ("single", single))}
     return out
 
 
@@ -319,8 +308,7 @@ def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
         p.requires_grad_(False)
     before = flat(frozen).clone()
     # 모든 파라미터를 옵티마이저에 넘기는 흔한 학습 루프: .grad가 None인 파라미터는 건너뛰어야 한다
-    elements = _elements_per_iteration(ctx, cls, cfg, model,
-                                       lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))
+    elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))
     return {"elements": elements, "trainable_elements": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "frozen_change": float((flat(frozen) - before).abs().max())}
 
@@ -341,5 +329,4 @@ def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pro
             "value_diff": max_abs_diff(list(model.parameters()), list(single.parameters()))}
 
 
-PROBE_FNS: dict[str, ProbeFn] = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen,
-                                 "tied": probe_tied}
+PROBE_FNS: dict[str, ProbeFn] = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen, "tied": probe_tied}

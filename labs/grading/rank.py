@@ -40,8 +40,6 @@ INTERFACES: dict[str, dict[str, ProbeFn]] = {"ddp": probes.PROBE_FNS, "zero": ze
 MAX_WARNINGS = 10  # 기록하는 경고의 수 (서로 다른 것만)
 
 
-# --- 멈춘 곳과 불러오기 단계: 부모가 제한 시간 뒤에 읽는다 ----------------------------------------------
-
 class StackWatch:
     """Keeps ``rank{r}.json`` in ``folder`` up to date: the phase (``import`` or ``run``) and the main
     thread's current stack, so that after a deadline or a dead rank the parent can name the reader's line."""
@@ -114,9 +112,8 @@ def import_file(path: str, watch: StackWatch) -> tuple[ModuleType | None, dict[s
 
 @contextmanager
 def reader_warnings(path: str) -> Iterator[list[Record]]:
-    """No warning raised inside the block is printed. Those raised while the reader's file is on the stack
-    (the reader's own call warned: torch's FutureWarning for a deprecated function, say) are kept, each
-    once, with the reader's innermost line; the list fills when the block ends."""
+    """No warning raised inside the block is printed; those raised while the reader's file is on the stack (torch's
+    FutureWarning for a deprecated call, say) are kept once each with the reader's line, in the list the block fills."""
     mine = Path(path).resolve()
     kept: dict[tuple[str, str, int], Record] = {}
 
@@ -189,8 +186,7 @@ def _short_mismatch(text: str) -> str:
                        r"OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?", text)
     if not calls:
         return text.split(".Collectives differ")[0][:400]
-    ranks = ", ".join(f"랭크 {rank}: {op}" + (f" 원소 [{shape}]" if shape else "")
-                      for rank, _, op, shape in sorted(set(calls)))
+    ranks = ", ".join(f"랭크 {rank}: {op}" + (f" 원소 [{shape}]" if shape else "") for rank, _, op, shape in sorted(set(calls)))
     return f"{int(calls[0][1]) + 1}번째 집합 통신에서 랭크들이 서로 다른 호출을 했습니다 ({ranks})"
 
 

@@ -1,9 +1,6 @@
-"""What an object keeps alive: every object reachable from it, for the grader's storage accounting.
-
-The reader may keep an optimizer, a gathered weight or a gradient anywhere: an attribute, a dict of
-dataclasses, a list, a hook's closure, an autograd node's saved tensors or a custom Function's context.
-:func:`reachable` walks all of those (breadth first, each object once), so that what is measured is the
-memory held, not where the reader chose to put it.
+"""What an object keeps alive, for the grader's storage accounting: the reader may keep an optimizer, a gathered
+weight or a gradient anywhere (an attribute, a dict of dataclasses, a hook's closure, an autograd node's saved
+tensors, a custom Function's context), and what is measured is the memory held, not where it was put.
 """
 
 from __future__ import annotations
@@ -48,9 +45,7 @@ def _children(obj: object) -> list[object]:
 
 def reachable(*roots: object) -> Iterator[object]:
     """Every object reachable from ``roots`` (tensors are yielded, not entered; their ``.grad`` is)."""
-    seen: set[int] = set()
-    kept: list[object] = []
-    frontier = list(roots)
+    seen, kept, frontier = set[int](), list[object](), list(roots)
     for _ in range(MAX_DEPTH):
         nxt: list[object] = []
         for obj in frontier:

@@ -1,9 +1,6 @@
-"""Run the ``grade`` lab on a reader's file: ``labs.grade(path)``, and the same steps for ``python -m labs grade``.
-
-The file is checked once in the parent from its syntax tree before any rank starts (the lab's ``validate``,
-:mod:`labs.grading.source`); it is never executed in this process. The ranks import and run it under the time
-limit (:mod:`labs.grading.rank`), each noting its phase and stack in a folder, so that a rank that dies or hangs
-is explained here with the reader's own line.
+"""``labs.grade(path)``, and the same steps for ``python -m labs grade``. The file is checked in the parent from
+its syntax tree (the lab's ``validate``) and never executed here; the ranks run it under the time limit, each
+noting its phase and stack in a folder, so that a rank that dies or hangs is explained with the reader's line.
 """
 
 from __future__ import annotations
@@ -45,9 +42,8 @@ def lab_params(path: str | Path, classes: object, trace_dir: str) -> dict[str, s
 
 @contextmanager
 def traced(path: str | Path, spawned: bool = True) -> Iterator[str]:
-    """A folder where the spawned ranks note their phase and stack; a rank that dies or hangs inside the
-    block comes out in the reader's words. Ranks joined in place under torchrun get ``""``: each one
-    reports its own place (:mod:`labs.hangwatch`)."""
+    """A folder where the spawned ranks note their phase and stack: a rank that dies or hangs in the block comes out
+    in the reader's words. Ranks joined under torchrun get ``""``: each reports its own place (:mod:`labs.hangwatch`)."""
     if not spawned:
         yield ""
         return
@@ -95,8 +91,7 @@ def _explained(err: RankCrashedError | LabTimeoutError, path: str | Path, trace_
     for r, state in states.items():
         reader = [f for f in state["frames"] if Path(f[0]).resolve() == mine]
         grader = [f for f in state["frames"] if "/labs/" in f[0] and Path(f[0]).resolve() != mine]
-        parts = ([f"여러분의 코드 {_place(reader[-1])}"] if reader else []) + \
-                ([f"채점기 {_place(grader[-1])}"] if grader else [])
+        parts = ([f"여러분의 코드 {_place(reader[-1])}"] if reader else []) + ([f"채점기 {_place(grader[-1])}"] if grader else [])
         if parts:
             places[r] = " ← ".join(parts)
     if isinstance(err, RankCrashedError):

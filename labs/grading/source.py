@@ -93,8 +93,7 @@ def top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
 def default_classes(path: str | Path) -> list[str]:
     """The classes graded when none are named: those of ``DEFAULT_CLASSES`` the file defines."""
     file, tree = read_tree(path)
-    found = top_level_names(tree)
-    names = [n for n in DEFAULT_CLASSES if n in found]
+    names = [n for n in DEFAULT_CLASSES if n in top_level_names(tree)]
     if not names:
         raise GradeInputError(f"{file.name}에 {' 또는 '.join(DEFAULT_CLASSES)} 클래스가 없습니다. "
                               "채점할 클래스 이름을 --class NAME(파이썬: classes=[...])으로 알려 주세요 "
@@ -123,17 +122,14 @@ class Signature(NamedTuple):
     def of_class(cls, target: type) -> Signature:
         params = list(inspect.signature(target).parameters.values())
         named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        required = [p.name for p in params if p.default is inspect.Parameter.empty
-                    and p.kind in (*named, inspect.Parameter.KEYWORD_ONLY)]
+        required = [p.name for p in params if p.default is inspect.Parameter.empty and p.kind in (*named, inspect.Parameter.KEYWORD_ONLY)]
         shown = [("*" if p.kind == p.VAR_POSITIONAL else "**" if p.kind == p.VAR_KEYWORD else "") + p.name for p in params]
-        return cls([p.name for p in params if p.kind in named], required, any(p.kind == p.VAR_KEYWORD for p in params),
-                   shown)
+        return cls([p.name for p in params if p.kind in named], required, any(p.kind == p.VAR_KEYWORD for p in params), shown)
 
 
 class Shape(NamedTuple):
-    """What is known of a class: its interface, whether it derives from the interface's base (None: not
-    known), the methods it has (None: not known, inherited from a base the tree does not show) and its
-    constructor (None: not defined in the file)."""
+    """What is known of a class: its interface, whether it derives from the interface's base, the methods it has and
+    its constructor (None: not known, a base the tree does not show; no ``__init__`` in the file)."""
 
     kind: str
     based: bool | None
@@ -171,8 +167,7 @@ def shape_error(name: str, shape: Shape, where: str = "") -> str | None:
                 "backward() 뒤, optimizer.step() 전에 부를 이 메서드가 그래디언트 평균을 마무리합니다.")
         return f"{name}에 {', '.join(f'{m}(self)' for m in missing)} 메서드가 없습니다. {what}"
     if shape.init is not None and not constructor_ok(shape.kind, shape.init):
-        return (f"{name}의 생성자는 {CONSTRUCTORS[shape.kind].format(name=name)}. "
-                f"지금 받는 인자: ({', '.join(shape.init.shown)})")
+        return f"{name}의 생성자는 {CONSTRUCTORS[shape.kind].format(name=name)}. 지금 받는 인자: ({', '.join(shape.init.shown)})"
     return None
 
 
@@ -220,13 +215,9 @@ def validate_file(path: str | Path, classes: Sequence[str] | str | None) -> list
         node = found.get(name)
         if node is None:
             defined = [n for n, v in found.items() if isinstance(v, ast.ClassDef)]
-            close = difflib.get_close_matches(name, defined, n=1)
-            hint = f" 혹시 '{close[0]}'인가요?" if close else ""
-            raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: "
-                                  f"{', '.join(defined) or '(없음)'}")
-        problem = shape_error(name, node_shape(node), f"{file.name} {node.lineno}행: ") \
-            if isinstance(node, ast.ClassDef) else None
-        if problem is not None:
+            hint = "".join(f" 혹시 '{close}'인가요?" for close in difflib.get_close_matches(name, defined, n=1))
+            raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: {', '.join(defined) or '(없음)'}")
+        if isinstance(node, ast.ClassDef) and (problem := shape_error(name, node_shape(node), f"{file.name} {node.lineno}행: ")):
             raise GradeInputError(problem)
     return names
 
@@ -235,14 +226,10 @@ def exit_calls(path: str | Path) -> list[int]:
     """Lines of module-level calls that end the process (``os._exit``, ``sys.exit``, ``os.kill`` …)."""
     _, tree = read_tree(path)
     lines, stack = [], list[ast.AST](tree.body)
-    while stack:
+    while stack:  # 함수·클래스·람다의 몸은 불러올 때 돌지 않는다
         node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called in EXITS:
-                lines.append(node.lineno)
-        stack.extend(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in EXITS:
+            lines.append(node.lineno)  # os._exit(…)의 attr, exit(…)의 id
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
     return sorted(lines)

@@ -45,13 +45,12 @@ CheckFn = Callable[[ClassRecords], Check]
 
 def first_error(r: ClassRecords, probe_names: Mapping[str, str],
                 counts: Callable[[Record, str], bool] = lambda c, probe: True) -> str | None:
-    """The first exception (of those a rank's class record ``counts``), probes in the order of ``probe_names``,
-    with the rank."""
+    """The first exception with its rank (of those ``counts`` keeps), probes in the order of ``probe_names``."""
     return next((f"랭크 {rank}, {probe_names[probe]}: {c['errors'][probe]}" for probe in probe_names
                  for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe) and counts(c, probe)), None)
 
 
-LEADING = ("runs_without_error", "same_collectives_on_ranks")  # 모든 인터페이스의 첫 두 확인 (leading_checks)
+LEADING = ("runs_without_error", "same_collectives_on_ranks")  # 모든 인터페이스의 첫 두 확인 (judge_class)
 
 
 @dataclass(frozen=True)
@@ -82,9 +81,8 @@ def power(ratio: float, n: int) -> int | None:
 
 
 def scale_cause(g: Record, n: int, rtol: float) -> str | None:
-    """What a gradient fitted against the global-batch mean (:func:`labs.grading.probes.compare_grad`) is,
-    when it is a shape every interface names: ``ok``, ``not_reduced`` (this rank's own, or it over N),
-    ``times_n`` (the sum), ``over_n`` (divided by N once more or more); else None."""
+    """What a gradient fitted against the global-batch mean (:func:`labs.grading.probes.compare_grad`) is, when every
+    interface names it: ``ok``, ``not_reduced`` (this rank's own, or over N), ``times_n``, ``over_n`` (over N^k); else None."""
     if g["err"] <= rtol:
         return "ok"
     if n > 1 and g["local_res"] <= rtol and power(g["local_ratio"], n) in (0, -1):
@@ -102,15 +100,6 @@ def most_common(causes: list[str]) -> tuple[str, list[int]]:
 def names(params: list[str]) -> str:
     """The first parameter names of a list, for a measured value."""
     return ", ".join(params[:SHOWN]) + (" …" if len(params) > SHOWN else "")
-
-
-def leading_checks(error: str | None, mismatch: str | None) -> list[Check]:
-    """The first two checks of every interface: an exception, then ranks that disagree on a collective."""
-    return [check_true(LEADING[0], error is None, error or "예외 없음",
-                       "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
-            check_true(LEADING[1], mismatch is None, mismatch or "모든 호출 일치",
-                       "모든 랭크가 같은 순서로 같은 크기의 집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 "
-                       "랭크끼리 맞춰 봄)")]
 
 
 def unmeasured(name: str, probe_name: str, mismatch: str | None) -> Check:
@@ -141,5 +130,8 @@ def judge_class(judge: Judge, ranks: list[Record], j: int, params: Mapping[str, 
     per_rank = [calls_of(rank) for rank in r.probes.get("train") or []]
     if r.mismatch is None and any(c != per_rank[0] for c in per_rank):
         r = replace(r, mismatch=f"랭크마다 {what}이 다름: " + "; ".join(f"랭크 {i}: {c[0]}" for i, c in enumerate(per_rank)))
-    checks = leading_checks(judge.error(r, judge.probe_names), r.mismatch)
+    error = judge.error(r, judge.probe_names)  # 모든 인터페이스의 첫 두 확인: 예외, 랭크마다 다른 집합 통신
+    checks = [check_true(LEADING[0], error is None, error or "예외 없음", "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
+              check_true(LEADING[1], r.mismatch is None, r.mismatch or "모든 호출 일치", "모든 랭크가 같은 순서로 같은 크기의 "
+                         "집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 랭크끼리 맞춰 봄)")]
     return checks + [measured(judge, r, name) for name in judge.check_fns], {**judge.facts(r), "mismatch": r.mismatch}

@@ -59,12 +59,9 @@ def params_updated(r: ClassRecords) -> Check:
 
 def state_shares(t: list[Record], n: int) -> list[Record]:
     """For each optimizer: the state bytes each rank holds, one process's, and the bound of a 1/N share."""
-    out = []
-    for opt in t[0]["runs"]:
-        single = t[0]["runs"][opt]["single_state"]
-        out.append({"opt": opt, "held": [rank["runs"][opt]["state_bytes"] for rank in t], "single": sum(single),
-                    "bound": sum(single) / n + max(single)})
-    return out
+    singles = [(opt, t[0]["runs"][opt]["single_state"]) for opt in t[0]["runs"]]
+    return [{"opt": opt, "held": [rank["runs"][opt]["state_bytes"] for rank in t], "single": sum(single),
+             "bound": sum(single) / n + max(single)} for opt, single in singles]
 
 
 def state_divided(r: ClassRecords) -> Check:

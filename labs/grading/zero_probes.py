@@ -40,8 +40,7 @@ def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
 def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, x, y = start(ctx, cfg, cfg.steps)
-    names = [name for name, _ in init.named_parameters()]
-    out: Record = {"names": names, "numels": [p.numel() for p in init.parameters()], "runs": {}}
+    out: Record = {"names": [name for name, _ in init.named_parameters()], "numels": [p.numel() for p in init.parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
         model, ref = copy.deepcopy(init), copy.deepcopy(init)
         ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
@@ -50,8 +49,7 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
         theirs = [opt_cls(m.parameters(), **kwargs) for m in (ref, single)]
         steps, first = [], None
         for step in range(cfg.steps):
-            mine.zero_grad()
-            for opt in theirs:
+            for opt in (mine, *theirs):
                 opt.zero_grad()
             batch = rank_batch(x, y, ctx.rank, n, per_rank, step)
             mse_backward(ddp, *batch)  # DDP의 역전파: 모든 랭크가 같은 평균 그래디언트를 가진다
@@ -68,14 +66,11 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
                          for p, q, b in zip(model.parameters(), ref.parameters(), before)]
         mse_backward(ddp, *rank_batch(x, y, ctx.rank, n, per_rank, 0))  # 그래디언트를 하나 더 만들고 지운다
         mine.zero_grad()
-        single_state = [held_bytes([theirs[1].state[p]]) for p in single.parameters()]
         out["runs"][opt_name] = {
             "steps": steps, "first_step": first, "state_bytes": state_bytes(mine, model),
-            "single_state": single_state,
-            "grads_left": [name for name, p in model.named_parameters()
-                           if p.grad is not None and bool(p.grad.abs().max() > 0)],
-            "diffs": {"ddp": max_abs_diff(list(model.parameters()), list(ref.parameters())),
-                      "single": max_abs_diff(list(model.parameters()), list(single.parameters()))}}
+            "single_state": [held_bytes([theirs[1].state[p]]) for p in single.parameters()],
+            "grads_left": [name for name, p in model.named_parameters() if p.grad is not None and bool(p.grad.abs().max() > 0)],
+            "diffs": {k: max_abs_diff(list(model.parameters()), list(m.parameters())) for k, m in (("ddp", ref), ("single", single))}}
     return out
 
 
