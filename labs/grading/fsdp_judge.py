@@ -92,11 +92,6 @@ def matches_single(r: ClassRecords) -> Check:
                          "프로세스의 파라미터와 같다(최대 절대 차이)")
 
 
-CHECK_FNS = {f.__name__: f for f in (regathered_for_backward, grads_averaged, grads_fp32, params_sharded, gathered_freed,
-                                     matches_single)}  # 확인의 이름은 함수의 이름
-CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
-
-
 def facts(r: ClassRecords) -> Facts:
     t, g = r.probes["train"], r.probes["grads"]
     bad = first_bad_grads(g, r.n) if g else None
@@ -106,6 +101,9 @@ def facts(r: ClassRecords) -> Facts:
             "calls": {"where": "첫 반복(순전파·역전파·finish)", **t[0]["runs"]["sgd"]["calls"][0]} if t else None}
 
 
+CHECK_FNS = {f.__name__: f for f in (regathered_for_backward, grads_averaged, grads_fp32, params_sharded, gathered_freed,
+                                     matches_single)}  # 확인의 이름은 함수의 이름
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
 JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts,
               calls=("한 반복의 집합 통신", lambda t: [c["ops"] for c in t["runs"]["sgd"]["calls"]]),
               error=lambda r, probes: first_error(r, probes, lambda c, p: not freed_in_backward(c, p)))

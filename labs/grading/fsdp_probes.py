@@ -1,16 +1,14 @@
-"""The ranks' side of grading a small FSDP, ``FullyShardedDP(module, compute_dtype=None)``; the verdicts are in
-:mod:`labs.grading.fsdp_judge`. An exception is tagged with the phase it came from, so that the judge can tell
-a weight freed before backward from any other error.
+"""The ranks' side of grading a small FSDP, ``FullyShardedDP(module, compute_dtype=None)`` (verdicts:
+:mod:`labs.grading.fsdp_judge`). An exception is tagged with its phase, so that a weight freed before backward is
+told from any other error.
 
-- ``train``: K steps of SGD (momentum) and AdamW over the wrapper's parameters, next to one process on the
-  global batch; each iteration's floating-point collectives, then ``gather_full_params()`` against the single process.
+- ``train``: K steps of SGD (momentum) and AdamW next to one process on the global batch: each iteration's
+  floating-point collectives, then ``gather_full_params()`` against the single process.
 - ``grads``: one plain SGD step with ``lr`` = 1: the update ``w0 − w1`` of each full parameter is the gradient the
   step used (whatever the shards' layout), fitted against the global-batch mean at ``w0`` and this rank's own.
-- ``memory``: the wrapper's parameter bytes against the wrapped layers' weights; after forward, the storages the
-  wrapper and the autograd graph keep beyond the same model unwrapped (activations cancel); after backward, what
-  the wrapper keeps beyond its parameters and their gradients.
-- ``mixed``: one iteration with ``compute_dtype=torch.bfloat16``: the dtypes of the parameters the optimizer sees
-  and of their gradients.
+- ``memory``: the wrapper's parameter bytes against the wrapped weights; after forward, what the wrapper and the
+  autograd graph keep beyond the same model unwrapped (activations cancel); after backward, beyond its parameters and grads.
+- ``mixed``: one iteration with ``compute_dtype=torch.bfloat16``: the dtypes of the parameters and their gradients.
 """
 
 from __future__ import annotations
@@ -67,8 +65,7 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
     init, x, y = start(ctx, cfg, cfg.steps)
     out: Record = {"names": [name for name, _ in init.named_parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
-        single = copy.deepcopy(init)
-        wrapped = cls(copy.deepcopy(init))
+        single, wrapped = copy.deepcopy(init), cls(copy.deepcopy(init))
         mine, theirs = opt_cls(wrapped.parameters(), **kwargs), opt_cls(single.parameters(), **kwargs)
         calls = []
         for step in range(cfg.steps):

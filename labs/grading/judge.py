@@ -14,7 +14,6 @@ from .config import OPTIMIZER_ARGS
 from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, most_common, names, scale_cause
 
 GRAD_RTOL = 1e-4   # 그래디언트 비교: 기준 그래디언트의 가장 큰 성분에 대한 상대 오차
-
 PROBE_NAMES = {"broadcast": "버퍼가 있는 모델을 감쌀 때", "train": "학습 반복에서", "frozen": "얼린 파라미터가 있는 모델에서",
                "tied": "가중치를 공유하는 모델에서"}
 # 그래디언트가 기준과 다를 때의 원인 (grad_cause가 고르고, 훅의 종류와 보낸 원소로 좁히고, hints.GRAD_CAUSES가 설명한다)
@@ -116,8 +115,7 @@ def layout_check(train: list[Record], bucketed: bool, cap_mb: float) -> tuple[bo
     if elements[0] < trainable:  # 빠진 파라미터의 p.grad는 평균이 아니다: grads_averaged가 그 이름을 알린다
         return None, f"{shown}: 원소가 모자라 배치를 판정할 수 없음(빠진 파라미터는 grads_averaged가 이름으로 알림)"
     if not bucketed:
-        ok = sorted(sizes) == calls
-        return ok, shown + ("" if ok else ": 파라미터마다 한 번씩이어야 함")
+        return (ok := sorted(sizes) == calls), shown + ("" if ok else ": 파라미터마다 한 번씩이어야 함")
     cap = int(cap_mb * MIB)
     problem = layout_problem(calls, sizes, cap)
     if problem is None:
@@ -231,14 +229,6 @@ def matches_oracles(r: ClassRecords) -> Check:
                          "단일 프로세스와 같다(최대 절대 차이)")
 
 
-CHECK_FNS = {f.__name__: f for f in (broadcast_at_construction, buffers_broadcast, handles_waited, collectives_per_iteration,
-                                     grads_averaged, reduced_during_backward, launch_order, frozen_untouched, tied_reduced_once,
-                                     matches_oracles)}  # 확인의 이름은 함수의 이름
-CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
-PROBE_OF = {**dict.fromkeys(CHECK_FNS, "train"), "broadcast_at_construction": "broadcast", "buffers_broadcast": "broadcast",
-            "frozen_untouched": "frozen", "tied_reduced_once": "tied"}
-
-
 def causes(r: ClassRecords) -> dict[str, Record]:
     """What the records say a failed check's cause is (the report's words for it are in :mod:`~labs.grading.hints`)."""
     found: dict[str, Record] = {}
@@ -262,6 +252,12 @@ def facts(r: ClassRecords) -> Facts:
             "tied_value_diff": max(rank["value_diff"] for rank in tied) if tied else None}
 
 
+CHECK_FNS = {f.__name__: f for f in (broadcast_at_construction, buffers_broadcast, handles_waited, collectives_per_iteration,
+                                     grads_averaged, reduced_during_backward, launch_order, frozen_untouched, tied_reduced_once,
+                                     matches_oracles)}  # 확인의 이름은 함수의 이름
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
+PROBE_OF = {**dict.fromkeys(CHECK_FNS, "train"), "broadcast_at_construction": "broadcast", "buffers_broadcast": "broadcast",
+            "frozen_untouched": "frozen", "tied_reduced_once": "tied"}
 # 랭크마다 All-Reduce의 크기(호출 순서는 torch의 검사기가 호출마다 맞춰 봤다)
 JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts,
               calls=("All-Reduce 호출(원소 수)", lambda t: [sorted(c["numel"] for c in it["calls"]) for it in t["iterations"]]))

@@ -46,6 +46,9 @@ READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
 END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
 # 읽는 사람의 줄을 찾을 때 건너뛰는 곳: 표준 라이브러리, torch, 채점기
 LIBRARIES = tuple(str(Path(d).resolve()) for d in (sysconfig.get_paths()["stdlib"], Path(torch.__file__).parent, Path(__file__).parent))
+# 합(SUM) 대신 다른 op로 All-Reduce했을 때 나오는 값: 랭크들의 그래디언트를 원소마다 이 op로 모은 것
+OTHER_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
 
 
 class Graded(Protocol):
@@ -106,11 +109,6 @@ def _fit(g: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     """The scale ``r`` with ``g ≈ r·b`` (least squares) and the relative residual of that fit."""
     r = float((g * b).sum() / (b * b).sum().clamp_min(1e-30))
     return r, _rel(g, r * b)
-
-
-# 합(SUM) 대신 다른 op로 All-Reduce했을 때 나오는 값: 랭크들의 그래디언트를 원소마다 이 op로 모은 것
-OTHER_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
 
 
 def compare_grad(g: torch.Tensor | None, oracle: torch.Tensor, ranks_own: list[torch.Tensor], rank: int,
@@ -303,9 +301,7 @@ def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model
 
 def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     model, _, _ = start(ctx, cfg)
-    frozen = list(model[0].parameters())
-    for p in frozen:
-        p.requires_grad_(False)
+    frozen = list(model[0].requires_grad_(False).parameters())  # 첫 층을 얼린다
     before = flat(frozen).clone()
     # 모든 파라미터를 옵티마이저에 넘기는 흔한 학습 루프: .grad가 None인 파라미터는 건너뛰어야 한다
     elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))

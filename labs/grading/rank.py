@@ -1,10 +1,8 @@
-"""What each rank runs to grade the reader's file: import it under guard, then every class through the
-probes of its interface (:data:`INTERFACES`) on a fresh process group behind torch's collective checker
-(the wrapper ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs), so that ranks issuing different collectives get a
-named error at that call instead of a hang or gloo aborting. The reader's file runs only here; nothing here
-judges. The rank's phase and stack are kept in a file, so that after a deadline or a dead rank the parent
-can name the reader's line. Warnings are recorded, never printed: the report shows those the reader's own
-calls raised, with the line.
+"""What each rank runs to grade the reader's file (the only place it runs): import it under guard, then each class
+through the probes of its interface on a fresh process group behind torch's collective checker (what
+``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs: ranks issuing different collectives get a named error, not a hang). The
+rank's phase and stack are kept in a file for the parent to name the reader's line after a deadline or a dead rank;
+warnings are recorded, never printed (the report shows those of the reader's own calls).
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ MISMATCH = "Detected mismatch between collectives"
 # 인터페이스마다 검사들, 도는 순서로
 INTERFACES: dict[str, dict[str, ProbeFn]] = {"ddp": probes.PROBE_FNS, "zero": zero_probes.PROBE_FNS, "fsdp": fsdp_probes.PROBE_FNS}
 MAX_WARNINGS = 10  # 기록하는 경고의 수 (서로 다른 것만)
+MAX_MESSAGE = 300  # 예외 메시지를 보고서에 옮기는 최대 글자 수
 
 
 class StackWatch:
@@ -79,9 +78,6 @@ class StackWatch:
             tmp.write_text(json.dumps(state), encoding="utf-8")
             os.replace(tmp, self.path)
             self._last = state
-
-
-MAX_MESSAGE = 300  # 예외 메시지를 보고서에 옮기는 최대 글자 수
 
 
 def describe_error(error: BaseException, path: str) -> str:
@@ -145,8 +141,7 @@ def checked_group(backend: str) -> Iterator[dist.ProcessGroup]:
         group = dist.new_group(backend=backend)
     finally:
         dist.set_debug_level(level)
-    original = distributed_c10d._world.default_pg
-    if original is None:
+    if (original := distributed_c10d._world.default_pg) is None:
         raise RuntimeError("프로세스 그룹이 없습니다: 채점은 랭크 안에서만 돕니다")
     distributed_c10d._update_default_pg(group)
     try:

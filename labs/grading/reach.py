@@ -54,11 +54,10 @@ def reachable(*roots: object) -> Iterator[object]:
             seen.add(id(obj))
             kept.append(obj)  # 걷는 동안 살려 둔다: 풀린 객체의 id를 새 객체가 물려받으면 건너뛰게 된다
             yield obj
-            if torch.is_tensor(obj):
-                if obj.is_leaf and obj.grad is not None:
-                    nxt.append(obj.grad)
-                continue
-            nxt += _children(obj)
+            if not torch.is_tensor(obj):
+                nxt += _children(obj)
+            elif obj.is_leaf and obj.grad is not None:
+                nxt.append(obj.grad)
         frontier = nxt
 
 

@@ -39,8 +39,7 @@ def diagnosis(result: LabResult, name: str) -> str | None:
 def cause_text(cls: dict[str, Any], check: str) -> tuple[str, str]:
     """Why the check most likely failed and where to look: what the judge's records narrowed it down to
     (``causes``), else the check's own words."""
-    cause = cls["causes"].get(check)
-    if cause is not None:
+    if (cause := cls["causes"].get(check)) is not None:
         why, where = CAUSES[cls["kind"]][check][cause["key"]]
         return why.format(**cause), where.format(**cause)
     return HINTS_OF[cls["kind"]][check][1:]

@@ -63,8 +63,7 @@ def read_tree(path: str | Path) -> tuple[Path, ast.Module]:
     if not file.is_file():
         raise GradeInputError(f"채점할 파일이 없습니다: {str(path)!r}. 경로를 확인하세요 "
                               "(노트북에서는 %%writefile로 먼저 파일을 만드세요).")
-    size = file.stat().st_size
-    if size > MAX_BYTES:
+    if (size := file.stat().st_size) > MAX_BYTES:
         raise GradeInputError(f"{file.name}이(가) 너무 큽니다({size:,}바이트, 최대 {MAX_BYTES:,}바이트). "
                               "DDP 클래스가 든 파이썬 파일 하나를 주세요.")
     source = file.read_text(encoding="utf-8-sig", errors="replace")  # 메모장 등이 앞에 붙이는 BOM은 파이썬 코드다

@@ -17,9 +17,11 @@ from ..result import Check, check_true, not_applicable
 TOLERANCE = 1e-5   # 파라미터 비교: torch.testing의 float32 기본 atol
 RATIO_RTOL = 1e-2  # 그래디언트가 기준의 N^k배라고 볼 비율의 상대 오차
 SHOWN = 6          # 값에 이름을 적는 파라미터 수
+LEADING = ("runs_without_error", "same_collectives_on_ranks")  # 모든 인터페이스의 첫 두 확인 (judge_class)
 
 Record = dict[str, Any]  # 한 랭크의 기록(숫자·문자열·목록·사전: 랭크에서 JSON으로 온다)
 Facts = dict[str, Any]   # 보고서가 실패를 설명하는 데 쓰는 값 (요약 데이터에 들어간다)
+CheckFn = Callable[["ClassRecords"], Check]  # 확인마다의 판정 함수
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,9 @@ class ClassRecords:
 
     def of(self, probe: str) -> list[Record]:
         """The records of ``probe`` on every rank (a check reads only a probe that ran everywhere)."""
-        records = self.probes[probe]
-        if records is None:
+        if (records := self.probes[probe]) is None:
             raise KeyError(f"{probe} 검사의 기록이 없습니다")
         return records
-
-
-CheckFn = Callable[[ClassRecords], Check]
 
 
 def first_error(r: ClassRecords, probe_names: Mapping[str, str],
@@ -48,9 +46,6 @@ def first_error(r: ClassRecords, probe_names: Mapping[str, str],
     """The first exception with its rank (of those ``counts`` keeps), probes in the order of ``probe_names``."""
     return next((f"랭크 {rank}, {probe_names[probe]}: {c['errors'][probe]}" for probe in probe_names
                  for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe) and counts(c, probe)), None)
-
-
-LEADING = ("runs_without_error", "same_collectives_on_ranks")  # 모든 인터페이스의 첫 두 확인 (judge_class)
 
 
 @dataclass(frozen=True)
@@ -111,8 +106,7 @@ def unmeasured(name: str, probe_name: str, mismatch: str | None) -> Check:
 
 def measured(judge: Judge, r: ClassRecords, name: str) -> Check:
     """Check ``name`` of ``judge`` on ``r``, or why it was not measured."""
-    probe = judge.probe_of.get(name)
-    if probe is not None and (r.probes[probe] is None or r.mismatch):
+    if (probe := judge.probe_of.get(name)) is not None and (r.probes[probe] is None or r.mismatch):
         return unmeasured(name, judge.probe_names[probe], r.mismatch)
     if r.n == 1 and name in judge.needs_two_ranks:
         return not_applicable(name, "N=1이면 나눌 랭크도, 비교할 다른 랭크도 없다")

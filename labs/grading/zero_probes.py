@@ -1,14 +1,11 @@
-"""The ranks' side of grading a ZeRO-1 optimizer, ``ShardedOptimizer(params, optimizer_cls, **kwargs)``; the
-verdicts are in :mod:`labs.grading.zero_judge`. The model is wrapped in torch DDP on the grader's own process
-group, so every rank holds the same mean gradient before ``step()``; the reader's optimizer works on the
-checked default group.
+"""The ranks' side of grading a ZeRO-1 optimizer, ``ShardedOptimizer(params, optimizer_cls, **kwargs)`` (verdicts:
+:mod:`labs.grading.zero_judge`). The model is wrapped in torch DDP on the grader's own process group, so every rank
+holds the same mean gradient before ``step()``; the reader's optimizer works on the checked default group.
 
 - ``train``: K steps of SGD (momentum) and AdamW through the reader's class, next to torch DDP with the plain
-  optimizer and one process on the global batch: each ``step()``'s collectives, the parameters' fingerprint
-  after it, each parameter after the first step against DDP's and its own value before, the state bytes held
-  (those of one process per parameter), the parameters ``zero_grad()`` left a gradient on, and the oracles' diffs.
-- ``groups``: built over the first half of the layers, the second half added later with ``add_param_group``
-  and another learning rate, next to torch's optimizer built the same way.
+  optimizer and one process on the global batch: each ``step()``'s collectives and the fingerprint after it, the
+  first step against DDP's and the value before, the state bytes held, what ``zero_grad()`` left, the oracles' diffs.
+- ``groups``: built over half the layers, the other half added by ``add_param_group`` with another learning rate.
 """
 
 from __future__ import annotations
