@@ -1,8 +1,6 @@
-"""The parent's verdicts on a small FSDP from the records of :mod:`labs.grading.fsdp_probes`.
-
-The order of :data:`CHECKS` is the order of diagnosis. An exception during backward that reads a weight
-whose storage was given back (``storage of size 0``) is not reported as an unexplained exception: it is
-the weight freed after forward and never gathered again for backward (``regathered_for_backward``).
+"""The parent's verdicts on a small FSDP from the records of :mod:`labs.grading.fsdp_probes`, in the order of
+diagnosis. An exception in backward that reads a weight whose storage was given back (``storage of size 0``) is
+not an unexplained exception: it is the weight freed after forward and not gathered again for backward.
 """
 
 from __future__ import annotations
@@ -94,21 +92,6 @@ def matches_single(r: ClassRecords) -> Check:
                          "프로세스의 파라미터와 같다(최대 절대 차이)")
 
 
-CHECK_FNS = {"regathered_for_backward": regathered_for_backward, "grads_averaged": grads_averaged,
-             "grads_fp32": grads_fp32, "params_sharded": params_sharded, "gathered_freed": gathered_freed,
-             "matches_single": matches_single}
-CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
-
-
-def calls_differ(r: ClassRecords) -> str | None:
-    """Ranks whose iterations issued different collectives."""
-    t = r.probes["train"]
-    calls = [[it["ops"] for it in rank["runs"]["sgd"]["calls"]] for rank in t or []]
-    if all(c == calls[0] for c in calls):
-        return None
-    return "랭크마다 한 반복의 집합 통신이 다름: " + "; ".join(f"랭크 {i}: {c[0]}" for i, c in enumerate(calls))
-
-
 def facts(r: ClassRecords) -> Facts:
     t, g = r.probes["train"], r.probes["grads"]
     bad = first_bad_grads(g, r.n) if g else None
@@ -118,5 +101,9 @@ def facts(r: ClassRecords) -> Facts:
             "calls": {"where": "첫 반복(순전파·역전파·finish)", **t[0]["runs"]["sgd"]["calls"][0]} if t else None}
 
 
-JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=calls_differ,
-              error=lambda r, probe_names: first_error(r, probe_names, lambda c, p: not freed_in_backward(c, p)))
+CHECK_FNS = {f.__name__: f for f in (regathered_for_backward, grads_averaged, grads_fp32, params_sharded, gathered_freed,
+                                     matches_single)}  # 확인의 이름은 함수의 이름
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts,
+              calls=("한 반복의 집합 통신", lambda t: [c["ops"] for c in t["runs"]["sgd"]["calls"]]),
+              error=lambda r, probes: first_error(r, probes, lambda c, p: not freed_in_backward(c, p)))

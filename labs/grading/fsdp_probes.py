@@ -1,28 +1,21 @@
-"""The ranks' side of grading a small FSDP, ``FullyShardedDP(module, compute_dtype=None)``.
+"""The ranks' side of grading a small FSDP, ``FullyShardedDP(module, compute_dtype=None)`` (verdicts:
+:mod:`labs.grading.fsdp_judge`). An exception is tagged with its phase, so that a weight freed before backward is
+told from any other error.
 
-Like :mod:`labs.grading.probes`, nothing here judges; the verdicts are in :mod:`labs.grading.fsdp_judge`.
-An exception is tagged with the phase it came from (``forward``, ``backward``, ``finish``, ``step``,
-``gather``), so the judge can tell a weight freed before backward from any other error.
-
-- ``train``: K steps with SGD (momentum) and with AdamW of the optimizer over the wrapper's parameters,
-  next to one process on the global batch; the collectives of each iteration (the process group's work
-  items that carried floating-point values), then ``gather_full_params()`` against the single process.
-- ``grads``: one step of plain SGD with ``lr`` = 1 from the gathered weights: the update ``w0 − w1`` of
-  each full parameter is the gradient the step used, fitted against the global-batch mean gradient at
-  ``w0`` and against this rank's own gradient (any layout of the shards gives the same full update).
-- ``memory``: the bytes of the wrapper's parameters (distinct storages) against the wrapped layers'
-  weights; after forward, the storages the wrapper and the autograd graph keep alive beyond those of the
-  same model without the wrapper (activations cancel); after backward, what the wrapper keeps beyond its
-  parameters and their gradients.
-- ``mixed``: one iteration with ``compute_dtype=torch.bfloat16``: the dtype of each parameter the
-  optimizer sees and of its gradient.
+- ``train``: K steps of SGD (momentum) and AdamW next to one process on the global batch: each iteration's
+  floating-point collectives, then ``gather_full_params()`` against the single process.
+- ``grads``: one plain SGD step with ``lr`` = 1: the update ``w0 − w1`` of each full parameter is the gradient the
+  step used (whatever the shards' layout), fitted against the global-batch mean at ``w0`` and this rank's own.
+- ``memory``: the wrapper's parameter bytes against the wrapped weights; after forward, what the wrapper and the
+  autograd graph keep beyond the same model unwrapped (activations cancel); after backward, beyond its parameters and grads.
+- ``mixed``: one iteration with ``compute_dtype=torch.bfloat16``: the dtypes of the parameters and their gradients.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import cast
 
 import torch
@@ -38,7 +31,6 @@ from .config import OPTIMIZER_ARGS, ProbeConfig
 from .probes import Graded, ProbeFn, Record, compare_grad, finish, float_calls, oracle_grads, start
 from .reach import held_bytes
 
-PROBES = ("train", "grads", "memory", "mixed")
 IMPLIED_LR = 1.0  # grads: w0 − w1이 곧 그래디언트가 되는 학습률
 
 
@@ -49,10 +41,8 @@ def phase(name: str) -> Iterator[None]:
         yield
     except BaseException as error:
         if not hasattr(error, "labs_phase"):
-            try:
+            with suppress(AttributeError):  # 속성을 받지 않는 예외는 표시 없이
                 setattr(error, "labs_phase", name)  # 읽는 사람의 예외에 붙이는 표시
-            except AttributeError:  # 속성을 받지 않는 예외
-                pass
         raise
 
 
@@ -70,21 +60,12 @@ def gathered(wrapped: nn.Module) -> dict[str, torch.Tensor]:
         return {name: t.detach().double() for name, t in cast(Graded, wrapped).gather_full_params().items()}
 
 
-def full_diff(full: dict[str, torch.Tensor], model: nn.Module) -> float | None:
-    """Max |difference| from ``model``'s parameters by name; None if the names or shapes differ."""
-    ref = dict(model.named_parameters())
-    if set(full) != set(ref) or any(full[k].shape != ref[k].shape for k in ref):
-        return None
-    return max_abs_diff([full[k] for k in ref], list(ref.values()))
-
-
 def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, x, y = start(ctx, cfg, cfg.steps)
     out: Record = {"names": [name for name, _ in init.named_parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
-        single = copy.deepcopy(init)
-        wrapped = cls(copy.deepcopy(init))
+        single, wrapped = copy.deepcopy(init), cls(copy.deepcopy(init))
         mine, theirs = opt_cls(wrapped.parameters(), **kwargs), opt_cls(single.parameters(), **kwargs)
         calls = []
         for step in range(cfg.steps):
@@ -97,8 +78,10 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
                 mine.step()
             mse_backward(single, *rank_batch(x, y, 0, 1, n * per_rank, step))
             theirs.step()
-        full = gathered(wrapped)
-        out["runs"][opt_name] = {"calls": calls, "diff": full_diff(full, single), "names": sorted(full)}
+        full, ref = gathered(wrapped), dict(single.named_parameters())
+        same = set(full) == set(ref) and all(full[k].shape == ref[k].shape for k in ref)  # 이름과 모양이 같을 때만 견준다
+        out["runs"][opt_name] = {"calls": calls, "names": sorted(full),
+                                 "diff": max_abs_diff([full[k] for k in ref], list(ref.values())) if same else None}
     return out
 
 
@@ -130,9 +113,8 @@ def _own(model: nn.Module) -> list[torch.Tensor | None]:
 
 
 def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
-    n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, xs, ys = start(ctx, cfg)
-    x, y = rank_batch(xs, ys, ctx.rank, n, per_rank)
+    x, y = rank_batch(xs, ys, ctx.rank, ctx.world_size, cfg.per_rank_batch)
     # 나눌 가중치: 인터페이스의 규칙(labs/ddp/fsdp.py) 그대로
     weights = [w for _, m in sharded_modules(init) if (w := own_weight(m)) is not None]
     shards = {id(w) for w in weights}
@@ -156,16 +138,11 @@ def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
 
 
 def probe_mixed(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
-    n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, x, y = start(ctx, cfg)
     wrapped = cls(copy.deepcopy(init), compute_dtype=torch.bfloat16)
-    iteration(wrapped, *rank_batch(x, y, ctx.rank, n, per_rank))
-    return {"params": [[name, _dtype(p), None if p.grad is None else _dtype(p.grad)]
+    iteration(wrapped, *rank_batch(x, y, ctx.rank, ctx.world_size, cfg.per_rank_batch))
+    return {"params": [[name, *(None if t is None else str(t.dtype).removeprefix("torch.") for t in (p, p.grad))]
                        for name, p in wrapped.named_parameters()]}
-
-
-def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
 
 
 PROBE_FNS: dict[str, ProbeFn] = {"train": probe_train, "grads": probe_grads, "memory": probe_memory, "mixed": probe_mixed}

@@ -1,10 +1,6 @@
-"""The parent's verdicts on a DDP (chapter 9), computed from the ranks' raw records.
-
-The reader's file never runs in this process, so nothing it does can change a threshold here. The
-order of :data:`CHECKS` is the order of diagnosis: an exception in the reader's code leads, then the
-checks whose failure explains the later ones. Each check is a function of the class's records
-(:class:`~labs.grading.verdicts.ClassRecords`) in :data:`CHECK_FNS`; :data:`JUDGE` is the table
-:func:`~labs.grading.verdicts.judge_class` walks.
+"""The parent's verdicts on a DDP (chapter 9), from the ranks' raw records: the reader's file never runs in
+this process, so nothing it does can change a threshold here. The order of :data:`CHECKS` is the order of
+diagnosis: an exception leads, then the checks whose failure explains the later ones.
 """
 
 from __future__ import annotations
@@ -18,11 +14,6 @@ from .config import OPTIMIZER_ARGS
 from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, most_common, names, scale_cause
 
 GRAD_RTOL = 1e-4   # 그래디언트 비교: 기준 그래디언트의 가장 큰 성분에 대한 상대 오차
-
-PROBE_OF = {"broadcast_at_construction": "broadcast", "buffers_broadcast": "broadcast", "handles_waited": "train",
-            "grads_averaged": "train", "reduced_during_backward": "train", "collectives_per_iteration": "train",
-            "launch_order": "train", "matches_oracles": "train", "frozen_untouched": "frozen",
-            "tied_reduced_once": "tied"}
 PROBE_NAMES = {"broadcast": "버퍼가 있는 모델을 감쌀 때", "train": "학습 반복에서", "frozen": "얼린 파라미터가 있는 모델에서",
                "tied": "가중치를 공유하는 모델에서"}
 # 그래디언트가 기준과 다를 때의 원인 (grad_cause가 고르고, 훅의 종류와 보낸 원소로 좁히고, hints.GRAD_CAUSES가 설명한다)
@@ -52,37 +43,30 @@ def grad_cause(g: Record, n: int, iteration: int) -> str:
 
 
 def hooks_before_grad(r: ClassRecords) -> bool:
-    """Whether the class hooks its parameters only with tensor hooks (``register_hook``), which run before
-    the gradient is written into ``p.grad``."""
+    """Whether the class hooks its parameters only with tensor hooks (``register_hook``: before ``p.grad`` is written)."""
     b = r.probes["broadcast"]
     return b is not None and b[0]["hooks"]["tensor"] > 0 and b[0]["hooks"]["post_accumulate"] == 0
 
 
-def narrowed(cause: str, r: ClassRecords, reduced: int, every: bool) -> str:
-    """A ``not_reduced`` gradient told apart by what the class did: tensor hooks that found no ``p.grad``
-    yet (nothing was reduced) or reduced the incoming gradient instead; some parameters left out."""
-    if cause != "not_reduced":
-        return cause
-    if hooks_before_grad(r):
-        return "tensor_hook" if reduced else "hook_before_grad"
-    return cause if every else "not_reduced_some"
-
-
 def first_bad_grads(r: ClassRecords) -> Record | None:
-    """The first iteration and rank whose gradients are not the global mean: the cause and the parameters."""
+    """The first iteration and rank whose gradients are not the global mean: the cause and the parameters.
+    A ``not_reduced`` cause is told apart by what the class did: tensor hooks that found no ``p.grad`` yet
+    (nothing was reduced) or reduced the incoming gradient instead; some parameters left out."""
     train = r.of("train")
-    for t in range(len(train[0]["iterations"])):
-        for rank, rec in enumerate(train):
-            it = rec["iterations"][t]
-            causes = [grad_cause(g, r.n, t) for g in it["grads"]]
-            if any(c != "ok" for c in causes):
-                cause, bad = most_common(causes)
-                first = it["grads"][bad[0]]
-                op_err = first.get("op_err") or {}
-                return {"iteration": t, "rank": rank, "params": [train[0]["names"][i] for i in bad],
-                        "cause": narrowed(cause, r, sum(c["numel"] for c in it["calls"]), len(bad) == len(causes)),
-                        "all": len(bad) == len(causes), "op": min(op_err, key=lambda op: op_err[op]) if cause == "wrong_op" else None,
-                        "local": cause == "not_reduced", "ratio": first.get("local_ratio" if cause == "not_reduced" else "ratio")}
+    for t, (rank, rec) in ((t, rr) for t in range(len(train[0]["iterations"])) for rr in enumerate(train)):
+        it = rec["iterations"][t]
+        causes = [grad_cause(g, r.n, t) for g in it["grads"]]
+        if all(c == "ok" for c in causes):
+            continue
+        cause, bad = most_common(causes)
+        every, first, local = len(bad) == len(causes), it["grads"][bad[0]], cause == "not_reduced"
+        op_err = first.get("op_err") or {}
+        if local:
+            reduced = sum(c["numel"] for c in it["calls"])
+            cause = ("tensor_hook" if reduced else "hook_before_grad") if hooks_before_grad(r) else cause if every else "not_reduced_some"
+        return {"iteration": t, "rank": rank, "params": [train[0]["names"][i] for i in bad], "cause": cause,
+                "all": every, "op": min(op_err, key=lambda op: op_err[op]) if cause == "wrong_op" else None,
+                "local": local, "ratio": first.get("local_ratio" if local else "ratio")}
     return None
 
 
@@ -118,10 +102,9 @@ def layout_check(train: list[Record], bucketed: bool, cap_mb: float) -> tuple[bo
     rec = train[0]
     # 크기의 목록(순서 없이): 호출 순서는 검사기가 랭크끼리 맞춰 봤고, 배치의 성질은 순서와 상관없다
     per_iteration = [sorted(c["bytes"] for c in it["calls"]) for it in rec["iterations"]]
-    elements = [sum(c["numel"] for c in it["calls"]) for it in rec["iterations"]]
+    elements, counts = [sum(c["numel"] for c in it["calls"]) for it in rec["iterations"]], [len(c) for c in per_iteration]
     trainable, sizes = sum(rec["numels"]), rec["sizes"]
-    shown = f"반복별 호출 수 {[len(c) for c in per_iteration]}, 원소 {elements}개(학습 파라미터 {trainable}개)"
-    counts = [len(c) for c in per_iteration]
+    shown = f"반복별 호출 수 {counts}, 원소 {elements}개(학습 파라미터 {trainable}개)"
     if len(counts) > 1 and all(a < b for a, b in zip(counts, counts[1:])):
         return False, f"{shown}: 반복마다 호출이 늘어남(순전파나 반복마다 훅을 또 걸고 있지 않은지)"
     if any(e > trainable for e in elements):
@@ -132,8 +115,7 @@ def layout_check(train: list[Record], bucketed: bool, cap_mb: float) -> tuple[bo
     if elements[0] < trainable:  # 빠진 파라미터의 p.grad는 평균이 아니다: grads_averaged가 그 이름을 알린다
         return None, f"{shown}: 원소가 모자라 배치를 판정할 수 없음(빠진 파라미터는 grads_averaged가 이름으로 알림)"
     if not bucketed:
-        ok = sorted(sizes) == calls
-        return ok, shown + ("" if ok else ": 파라미터마다 한 번씩이어야 함")
+        return (ok := sorted(sizes) == calls), shown + ("" if ok else ": 파라미터마다 한 번씩이어야 함")
     cap = int(cap_mb * MIB)
     problem = layout_problem(calls, sizes, cap)
     if problem is None:
@@ -145,19 +127,6 @@ def layout_check(train: list[Record], bucketed: bool, cap_mb: float) -> tuple[bo
                     f"원소 수로 비교하려면 element_size()({itemsize}바이트)로 나누세요")
     return False, f"{shown}, 호출 크기 {calls}바이트: {problem}"
 
-
-def call_sizes_differ(r: ClassRecords) -> str | None:
-    """Ranks whose All-Reduce calls had different sizes (torch's checker matched their order, call by call)."""
-    train = r.probes["train"]
-    if not train:
-        return None
-    sizes = [[sorted(c["numel"] for c in it["calls"]) for it in rank["iterations"]] for rank in train]
-    if all(s == sizes[0] for s in sizes):
-        return None
-    return "랭크마다 All-Reduce 호출(원소 수)이 다름: " + "; ".join(f"랭크 {i}: {s[0]}" for i, s in enumerate(sizes))
-
-
-# --- 확인마다 판정 함수 ---------------------------------------------------------------------------------
 
 def broadcast_at_construction(r: ClassRecords) -> Check:
     return check_close("broadcast_at_construction", max(b["max_diff"] for b in r.of("broadcast")), 0.0, 0.0,
@@ -184,9 +153,8 @@ def handles_waited(r: ClassRecords) -> Check:
     else:
         value = "모든 작업을 기다렸고, finish가 돌아온 뒤 p.grad가 바뀌지 않음"
     return check_true("handles_waited", left is None and changed == 0.0, value,
-                      "finish_gradient_synchronization()이 돌아올 때 모든 All-Reduce가 끝나 있다: 받은 작업(Work)마다 "
-                      "wait()를 불렀거나 get_future()로 넘겼고, 그 직후의 p.grad가 남은 통신이 모두 끝난 뒤의 p.grad와 "
-                      "같음(랭크 0 말고는 늦게 출발시켜 잼)")
+                      "finish_gradient_synchronization()이 돌아올 때 모든 All-Reduce가 끝나 있다: 받은 작업(Work)마다 wait()를 불렀거나 "
+                      "get_future()로 넘겼고, 그 직후의 p.grad가 남은 통신이 모두 끝난 뒤의 p.grad와 같음(랭크 0 말고는 늦게 출발시켜 잼)")
 
 
 def grads_averaged(r: ClassRecords) -> Check:
@@ -204,21 +172,17 @@ def grads_averaged(r: ClassRecords) -> Check:
 
 
 def single_call(r: ClassRecords) -> bool:
-    """One All-Reduce per iteration (the whole model one bucket): it can only start once the last gradient is
-    ready, so the overlap with backward cannot be measured on this input (not applicable, not a failure)."""
+    """One All-Reduce per iteration: the overlap cannot be measured on this input (not applicable, not a failure)."""
     return all(len(it["calls"]) == 1 for rank in r.of("train") for it in rank["iterations"])
 
 
 def reduced_during_backward(r: ClassRecords) -> Check:
     if single_call(r):
         return not_applicable("reduced_during_backward", SINGLE_CALL)
-    worst = None
-    for rank, rec in enumerate(r.of("train")):
-        for i, it in enumerate(rec["iterations"]):
-            inside = sum(t < 0 for t in it["launches"])
-            late = len(it["launches"]) - inside
-            if (inside == 0 or late > 1) and worst is None:
-                worst = f"반복 {i + 1}, 랭크 {rank}: 역전파 중 시작 {inside}번, 역전파가 끝난 뒤 시작 {late}번"
+    counted = [(i, rank, sum(t < 0 for t in it["launches"]), sum(t >= 0 for t in it["launches"]))
+               for rank, rec in enumerate(r.of("train")) for i, it in enumerate(rec["iterations"])]
+    worst = next((f"반복 {i + 1}, 랭크 {rank}: 역전파 중 시작 {inside}번, 역전파가 끝난 뒤 시작 {late}번"
+                  for i, rank, inside, late in counted if inside == 0 or late > 1), None)
     return check_true("reduced_during_backward", worst is None, worst or "모든 반복에서 역전파 중에 시작",
                       "그래디언트가 준비되면 그 All-Reduce가 역전파가 끝나기 전에 시작된다(어떤 훅 방식이든; "
                       "마지막 호출 하나는 finish에서 시작해도 됨)")
@@ -265,14 +229,6 @@ def matches_oracles(r: ClassRecords) -> Check:
                          "단일 프로세스와 같다(최대 절대 차이)")
 
 
-CHECK_FNS = {"broadcast_at_construction": broadcast_at_construction, "buffers_broadcast": buffers_broadcast,
-             "handles_waited": handles_waited, "collectives_per_iteration": collectives_per_iteration,
-             "grads_averaged": grads_averaged, "reduced_during_backward": reduced_during_backward,
-             "launch_order": launch_order, "frozen_untouched": frozen_untouched, "tied_reduced_once": tied_reduced_once,
-             "matches_oracles": matches_oracles}
-CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
-
-
 def causes(r: ClassRecords) -> dict[str, Record]:
     """What the records say a failed check's cause is (the report's words for it are in :mod:`~labs.grading.hints`)."""
     found: dict[str, Record] = {}
@@ -296,4 +252,12 @@ def facts(r: ClassRecords) -> Facts:
             "tied_value_diff": max(rank["value_diff"] for rank in tied) if tied else None}
 
 
-JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, mismatch=call_sizes_differ)
+CHECK_FNS = {f.__name__: f for f in (broadcast_at_construction, buffers_broadcast, handles_waited, collectives_per_iteration,
+                                     grads_averaged, reduced_during_backward, launch_order, frozen_untouched, tied_reduced_once,
+                                     matches_oracles)}  # 확인의 이름은 함수의 이름
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
+PROBE_OF = {**dict.fromkeys(CHECK_FNS, "train"), "broadcast_at_construction": "broadcast", "buffers_broadcast": "broadcast",
+            "frozen_untouched": "frozen", "tied_reduced_once": "tied"}
+# 랭크마다 All-Reduce의 크기(호출 순서는 torch의 검사기가 호출마다 맞춰 봤다)
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts,
+              calls=("All-Reduce 호출(원소 수)", lambda t: [sorted(c["numel"] for c in it["calls"]) for it in t["iterations"]]))

@@ -1,28 +1,17 @@
-"""The probes of a DDP class, run inside each rank by :mod:`labs.grading.rank`, and the measuring tools
-the chapter 13 probes share.
+"""The probes of a DDP class, run inside each rank by :mod:`labs.grading.rank`, and the measuring tools the
+chapter 13 probes (:mod:`~labs.grading.zero_probes`, :mod:`~labs.grading.fsdp_probes`) share. Nothing here
+judges: each probe records raw measurements for :mod:`labs.grading.judge`, in the parent, out of the reader's reach.
 
-Nothing here judges. Each probe records raw measurements for :mod:`labs.grading.judge`, which runs in
-the parent where the reader's code cannot reach its thresholds:
-
-- ``broadcast``: a model with BatchNorm whose parameters *and* running statistics differ per rank;
-  after construction, each parameter's and each buffer's distance from rank 0's values, and how many
-  parameters carry each kind of hook (a tensor hook, ``register_hook``, runs before ``p.grad`` is written).
-- ``train``: K steps of SGD (measured) and of AdamW, next to torch DDP and one process on the global
-  batch. In every SGD iteration, on every rank: each ``p.grad`` right after
-  ``finish_gradient_synchronization()`` returns, fitted against the oracle (the global-batch mean
-  gradient at the same weights), this rank's own gradient, the ranks' own gradients combined by
-  another reduce op (MAX, MIN, PRODUCT) and the previous iteration's oracle; how
-  much ``p.grad`` still changed after that return (every rank but 0 starts late, so a reduction
-  nobody waited on cannot have finished); the async work objects the reader's code got and had not
-  waited on when finish returned (:class:`WorkWatch`); and what the process group did (the profiler's
-  work items, whatever call path issued them) and the moments the reader's code called each
-  All-Reduce, next to the moments each gradient became ready and backward returned.
-- ``frozen`` / ``tied``: elements reduced per iteration for a model with a frozen first layer and
-  for two layers sharing one weight.
-
-A ZeRO-1 optimizer (``ShardedOptimizer`` or any ``torch.optim.Optimizer``) runs the probes of
-:mod:`labs.grading.zero_probes` instead, a small FSDP (``FullyShardedDP``) those of
-:mod:`labs.grading.fsdp_probes`.
+- ``broadcast``: a BatchNorm model whose parameters *and* running statistics differ per rank; after
+  construction, each one's distance from rank 0's values, and how many parameters carry each kind of hook.
+- ``train``: K steps of SGD (measured) and AdamW, next to torch DDP and one process on the global batch. In
+  every SGD iteration, on every rank: each ``p.grad`` at the return of ``finish_gradient_synchronization()``
+  fitted against the oracle (the global-batch mean at the same weights), this rank's own gradient, the
+  ranks' gradients combined by another reduce op and the previous oracle; how much ``p.grad`` changed after
+  that return (every rank but 0 starts late, so a reduction nobody waited on cannot have finished); the
+  async work left unwaited (:class:`WorkWatch`); the process group's work items, and when the reader called
+  each All-Reduce next to when each gradient became ready and backward returned.
+- ``frozen`` / ``tied``: elements reduced per iteration with a frozen first layer and with a shared weight.
 """
 
 from __future__ import annotations
@@ -52,20 +41,20 @@ from .config import LR, OPTIMIZER_ARGS, ProbeConfig
 Record = dict[str, Any]  # 한 검사가 랭크에서 남기는 기록: 숫자·문자열·목록·사전뿐 (부모가 JSON으로 받는다)
 ProbeFn = Callable[[RankContext, type, ProbeConfig, dist.ProcessGroup], Record]
 
-PROBES = ("broadcast", "train", "frozen", "tied")
 STAGGER_S = 0.1   # 랭크 0을 뺀 랭크가 반복마다 늦게 출발: 기다리지 않은 All-Reduce는 finish가 돌아올 때 끝났을 수 없다
 READY, BACKWARD_END = "labs:grad_ready", "labs:backward_end"
 END_MARK = 7      # 반복 끝 표시로 All-Reduce하는 int64 원소 수
 # 읽는 사람의 줄을 찾을 때 건너뛰는 곳: 표준 라이브러리, torch, 채점기
-LIBRARIES = tuple(str(Path(d).resolve()) for d in (sysconfig.get_paths()["stdlib"], Path(torch.__file__).parent,
-                                                    Path(__file__).parent))
+LIBRARIES = tuple(str(Path(d).resolve()) for d in (sysconfig.get_paths()["stdlib"], Path(torch.__file__).parent, Path(__file__).parent))
+# 합(SUM) 대신 다른 op로 All-Reduce했을 때 나오는 값: 랭크들의 그래디언트를 원소마다 이 op로 모은 것
+OTHER_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
 
 
 class Graded(Protocol):
     """What the probes call on the reader's object beyond what every ``nn.Module`` has."""
 
     def finish_gradient_synchronization(self) -> None: ...
-
     def gather_full_params(self) -> dict[str, torch.Tensor]: ...
 
 
@@ -82,21 +71,6 @@ def takes_cap(cls: type) -> bool:
 def construct(cls: type, module: nn.Module, cap: float) -> nn.Module:
     return cls(module, bucket_cap_mb=cap) if takes_cap(cls) else cls(module)
 
-
-class TiedPair(nn.Module):
-    """Two layers sharing one weight: ``b(relu(a(x)))`` with ``b.weight is a.weight``."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.a = nn.Linear(width, width)
-        self.b = nn.Linear(width, width)
-        self.b.weight = self.a.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(torch.relu(self.a(x)))
-
-
-# --- 측정 ----------------------------------------------------------------------------------------------
 
 def flat(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).double() for t in tensors])
@@ -137,11 +111,6 @@ def _fit(g: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return r, _rel(g, r * b)
 
 
-# 합(SUM) 대신 다른 op로 All-Reduce했을 때 나오는 값: 랭크들의 그래디언트를 원소마다 이 op로 모은 것
-OTHER_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
-
-
 def compare_grad(g: torch.Tensor | None, oracle: torch.Tensor, ranks_own: list[torch.Tensor], rank: int,
                  previous: torch.Tensor | None) -> Record:
     """One ``p.grad`` against the global-batch mean, each rank's own gradient (``ranks_own``, this rank's
@@ -152,12 +121,9 @@ def compare_grad(g: torch.Tensor | None, oracle: torch.Tensor, ranks_own: list[t
         return {"none": False, "shape": list(g.shape)}
     g, oracle = g.reshape(-1).double(), oracle.reshape(-1).double()
     own = torch.stack([t.reshape(-1).double() for t in ranks_own])
-    ratio, res = _fit(g, oracle)
-    local_ratio, local_res = _fit(g, own[rank])
-    n = len(ranks_own)
-    return {"none": False, "err": _rel(g, oracle), "ratio": ratio, "res": res, "local_ratio": local_ratio,
-            "local_res": local_res,
-            "op_err": {op: min(_rel(g, combine(own)), _rel(g, combine(own) / n)) for op, combine in OTHER_OPS.items()},
+    (ratio, res), (local_ratio, local_res) = _fit(g, oracle), _fit(g, own[rank])
+    return {"none": False, "err": _rel(g, oracle), "ratio": ratio, "res": res, "local_ratio": local_ratio, "local_res": local_res,
+            "op_err": {op: min(_rel(g, combine(own)), _rel(g, combine(own) / len(own))) for op, combine in OTHER_OPS.items()},
             "prev_err": None if previous is None else _rel(g, previous.reshape(-1).double())}
 
 
@@ -169,21 +135,10 @@ def float_calls(counter: CollectiveCounter) -> Record:
             "bytes": carried_bytes(items)}
 
 
-def reader_line() -> list[str | int] | None:
-    """``[file name, line, code]`` of the innermost frame on the stack outside the libraries and the grader:
-    the reader's line that is running now (its trailing comment left out)."""
-    frames = [f for f in traceback.extract_stack() if not str(Path(f.filename).resolve()).startswith(LIBRARIES)]
-    if not frames:
-        return None
-    return [Path(frames[-1].filename).name, frames[-1].lineno or 0, re.sub(r"\s{2,}#.*$", "", frames[-1].line or "").strip()]
-
-
 class WorkWatch:
-    """The async work objects the process group hands out inside the block (``dist.all_reduce(…,
-    async_op=True)``, ``group.allreduce(…)``, the coalesced form), and which of them are still unsettled when
-    it ends: never waited on (``wait()``) nor handed on to a future (``get_future()``, whose completion the
-    changed-after measurement judges). For each one let go before that, :attr:`dropped` keeps the reader's
-    line that let go of it; :attr:`held` counts those still kept."""
+    """The async work objects the process group hands out inside the block (``dist.all_reduce(…, async_op=True)``,
+    ``group.allreduce(…)``, the coalesced form) neither waited on nor handed to a future (``get_future()``, judged by the
+    change after finish): :attr:`dropped`, the reader's line that let go of each; :attr:`held`, those kept at the end."""
 
     ISSUE, SETTLE = ("allreduce", "allreduce_coalesced"), ("wait", "get_future")
 
@@ -195,28 +150,26 @@ class WorkWatch:
                        ((dist.ProcessGroup, self.ISSUE), (dist.Work, self.SETTLE)) for name in names]
 
     def _let_go(self, key: int) -> None:
+        """``[file name, line, code]`` (its trailing comment left out) of the innermost frame outside the
+        libraries and the grader: the reader's line that let go of the work object."""
         if self.open.pop(key, None) is not None:
-            self.dropped.append(reader_line())
+            frames = [f for f in traceback.extract_stack() if not str(Path(f.filename).resolve()).startswith(LIBRARIES)]
+            self.dropped.append([Path(frames[-1].filename).name, frames[-1].lineno or 0,
+                                 re.sub(r"\s{2,}#.*$", "", frames[-1].line or "").strip()] if frames else None)
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(obj: object, *args: Any, **kwargs: Any) -> Any:
+            if name in self.SETTLE and (final := self.open.pop(id(obj), None)) is not None:
+                final.detach()
+            out = original(obj, *args, **kwargs)
+            if name in self.ISSUE and out is not None:
+                self.open[id(out)] = weakref.finalize(out, self._let_go, id(out))
+            return out
+        return call
 
     def __enter__(self) -> WorkWatch:
-        def issue(original: Callable[..., Any]) -> Callable[..., Any]:
-            def call(group: object, *args: Any, **kwargs: Any) -> Any:
-                work = original(group, *args, **kwargs)
-                if work is not None:
-                    self.open[id(work)] = weakref.finalize(work, self._let_go, id(work))
-                return work
-            return call
-
-        def settle(original: Callable[..., Any]) -> Callable[..., Any]:
-            def call(work: object, *args: Any, **kwargs: Any) -> Any:
-                final = self.open.pop(id(work), None)
-                if final is not None:
-                    final.detach()
-                return original(work, *args, **kwargs)
-            return call
-
         for cls, name, original in self._saved:
-            setattr(cls, name, issue(original) if name in self.ISSUE else settle(original))
+            setattr(cls, name, self._wrap(name, original))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -228,34 +181,17 @@ class WorkWatch:
 
 
 def settle(ctx: RankContext) -> None:
-    """The end of an iteration on every rank: a call no reader makes (so a rank with one more or one
-    fewer call of its own meets a named mismatch, not a peer's call of the same kind), then a barrier,
-    which waits for every earlier work item of the group (the reductions nobody waited on)."""
+    """The end of an iteration on every rank: a call no reader makes (a rank with a call more or fewer meets a
+    named mismatch, not a peer's call of the same kind), then a barrier: it waits for every earlier work item."""
     dist.all_reduce(torch.zeros(END_MARK, dtype=torch.int64, device=ctx.device))
     dist.barrier()
 
 
 def reductions(counter: CollectiveCounter) -> list[Record]:
     """The process group's All-Reduce work items (the end-of-iteration marker left out): elements, bytes."""
-    out = []
-    for item in counter.work:
-        if item["op"] != "all_reduce" or (item["dtype"] == "int64" and item["numels"] == [END_MARK]):
-            continue
-        numel = sum(item["numels"])
-        dtype = getattr(torch, item["dtype"], None)
-        size = dtype.itemsize if isinstance(dtype, torch.dtype) else 4
-        out.append({"numel": numel, "bytes": numel * size})
-    return out
-
-
-def _iteration_calls(counter: CollectiveCounter) -> Record:
-    """The calls' sizes; launches and gradient-ready moments in seconds from the moment backward returned.
-    The launches are when the reader's code called each All-Reduce (the caller's thread, not gloo's worker);
-    the block's last call is :func:`settle`'s marker."""
-    end = next(ns for name, ns in counter.marks if name == BACKWARD_END)
-    launches = [(ns - end) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1]
-    return {"calls": reductions(counter), "launches": launches,
-            "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY]}
+    items = [(sum(i["numels"]), getattr(torch, i["dtype"], None)) for i in counter.work
+             if i["op"] == "all_reduce" and not (i["dtype"] == "int64" and i["numels"] == [END_MARK])]
+    return [{"numel": n, "bytes": n * (d.itemsize if isinstance(d, torch.dtype) else 4)} for n, d in items]
 
 
 def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
@@ -283,8 +219,7 @@ def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dis
 def _measured_step(ctx: RankContext, wrapped: nn.Module, model: nn.Module, oracle: nn.Module,
                    data: tuple[torch.Tensor, torch.Tensor], step: int, per_rank: int,
                    previous: list[torch.Tensor] | None) -> tuple[Record, list[torch.Tensor]]:
-    """One measured iteration of the reader's class: its record, and the oracle's gradients (the next one's
-    ``previous``)."""
+    """One measured iteration of the reader's class: its record, and the oracle's gradients (the next ``previous``)."""
     n = ctx.world_size
     oracle.load_state_dict(model.state_dict())  # 지금의 가중치에서 잰 기준 그래디언트
     target = oracle_grads(oracle, *rank_batch(*data, 0, 1, n * per_rank, step))  # 전역 배치 전체
@@ -299,7 +234,11 @@ def _measured_step(ctx: RankContext, wrapped: nn.Module, model: nn.Module, oracl
         at_return = grads_of(model)
         settle(ctx)
     after = [float((a - s).abs().max()) for a, s in zip(at_return, grads_of(model)) if a is not None and s is not None]
-    return {**_iteration_calls(counter), "changed_after": max(after, default=0.0),
+    # 호출의 크기; 역전파가 돌아온 순간부터 잰 초: 읽는 사람이 All-Reduce를 부른 순간(마지막은 settle의 표시)과 그래디언트가 준비된 순간
+    end = next(ns for name, ns in counter.marks if name == BACKWARD_END)
+    return {"calls": reductions(counter), "changed_after": max(after, default=0.0),
+            "launches": [(ns - end) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1],
+            "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY],
             "unwaited": {"dropped": works.dropped, "held": works.held},
             "grads": [compare_grad(g, o, [r[i] for r in own], ctx.rank, None if previous is None else previous[i])
                       for i, (g, o) in enumerate(zip(at_return, target))]}, target
@@ -337,9 +276,8 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
             mse_backward(single, *rank_batch(x, y, 0, 1, n * per_rank, step))
             for opt in optimizers:
                 opt.step()
-        ours = list(model.parameters())
-        out["diffs"][opt_name] = {"ddp": max_abs_diff(ours, list(ddp.parameters())),
-                                  "single": max_abs_diff(ours, list(single.parameters()))}
+        out["diffs"][opt_name] = {k: max_abs_diff(list(model.parameters()), list(m.parameters()))
+                                  for k, m in (("ddp", ddp), ("single", single))}
     return out
 
 
@@ -363,20 +301,18 @@ def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model
 
 def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     model, _, _ = start(ctx, cfg)
-    frozen = list(model[0].parameters())
-    for p in frozen:
-        p.requires_grad_(False)
+    frozen = list(model[0].requires_grad_(False).parameters())  # 첫 층을 얼린다
     before = flat(frozen).clone()
     # 모든 파라미터를 옵티마이저에 넘기는 흔한 학습 루프: .grad가 None인 파라미터는 건너뛰어야 한다
-    elements = _elements_per_iteration(ctx, cls, cfg, model,
-                                       lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))
+    elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))
     return {"elements": elements, "trainable_elements": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "frozen_change": float((flat(frozen) - before).abs().max())}
 
 
 def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
-    torch.manual_seed(cfg.seed)
-    model = TiedPair(cfg.width).to(ctx.device)
+    torch.manual_seed(cfg.seed)  # 두 층이 가중치 하나를 나눠 쓴다: relu(x @ W.T + a) @ W.T + b
+    model = nn.Sequential(nn.Linear(cfg.width, cfg.width), nn.ReLU(), nn.Linear(cfg.width, cfg.width)).to(ctx.device)
+    model[2].weight = model[0].weight
     single = copy.deepcopy(model)  # 전역 배치로 같은 두 스텝을 밟는 단일 프로세스 (값은 보고만 한다)
     elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.SGD(params, lr=LR))
     x, y = make_data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
@@ -389,5 +325,4 @@ def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pro
             "value_diff": max_abs_diff(list(model.parameters()), list(single.parameters()))}
 
 
-PROBE_FNS: dict[str, ProbeFn] = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen,
-                                 "tied": probe_tied}
+PROBE_FNS: dict[str, ProbeFn] = {"broadcast": probe_broadcast, "train": probe_train, "frozen": probe_frozen, "tied": probe_tied}

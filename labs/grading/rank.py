@@ -1,16 +1,8 @@
-"""What each rank runs to grade the reader's file: import it under guard, then every class through the
-probes of its interface, on a process group behind torch's collective checker.
-
-The reader's file is imported and run only here, inside each rank. A DDP runs the probes of
-:mod:`labs.grading.probes`, a ZeRO-1 optimizer those of :mod:`labs.grading.zero_probes`, a small FSDP
-those of :mod:`labs.grading.fsdp_probes`; nothing here judges. While the rank runs, its phase and stack
-are kept in a file, so that after a deadline or a dead rank the parent can name the reader's line.
-Warnings (torch's FutureWarning for a deprecated call, a UserWarning) are recorded, never printed: the
-report shows those the reader's own calls raised, with the line.
-
-Every class runs on a fresh process group wrapped in torch's collective checker (the wrapper that
-``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs): ranks that issue different collectives get a named
-error at that call instead of a hang, or gloo aborting the process.
+"""What each rank runs to grade the reader's file (the only place it runs): import it under guard, then each class
+through the probes of its interface on a fresh process group behind torch's collective checker (what
+``TORCH_DISTRIBUTED_DEBUG=DETAIL`` installs: ranks issuing different collectives get a named error, not a hang). The
+rank's phase and stack are kept in a file for the parent to name the reader's line after a deadline or a dead rank;
+warnings are recorded, never printed (the report shows those of the reader's own calls).
 """
 
 from __future__ import annotations
@@ -36,16 +28,16 @@ from torch.distributed import distributed_c10d
 from ..context import RankContext
 from . import fsdp_probes, probes, zero_probes
 from .config import ProbeConfig
-from .probes import Record, takes_cap
+from .probes import ProbeFn, Record, takes_cap
 from .source import class_error, kind_of
 
 WATCH_S = 0.2     # 멈춘 곳을 적는 간격
 MISMATCH = "Detected mismatch between collectives"
-INTERFACES: dict[str, ModuleType] = {"ddp": probes, "zero": zero_probes, "fsdp": fsdp_probes}  # 인터페이스마다 검사 모듈
+# 인터페이스마다 검사들, 도는 순서로
+INTERFACES: dict[str, dict[str, ProbeFn]] = {"ddp": probes.PROBE_FNS, "zero": zero_probes.PROBE_FNS, "fsdp": fsdp_probes.PROBE_FNS}
 MAX_WARNINGS = 10  # 기록하는 경고의 수 (서로 다른 것만)
+MAX_MESSAGE = 300  # 예외 메시지를 보고서에 옮기는 최대 글자 수
 
-
-# --- 멈춘 곳과 불러오기 단계: 부모가 제한 시간 뒤에 읽는다 ----------------------------------------------
 
 class StackWatch:
     """Keeps ``rank{r}.json`` in ``folder`` up to date: the phase (``import`` or ``run``) and the main
@@ -54,10 +46,8 @@ class StackWatch:
     def __init__(self, folder: str, rank: int):
         self.path = Path(folder) / f"rank{rank}.json" if folder else None
         self.phase = "start"
-        self._main = threading.get_ident()
-        self._stop = threading.Event()
+        self._main, self._stop, self._lock = threading.get_ident(), threading.Event(), threading.Lock()
         self._last: dict[str, Any] | None = None
-        self._lock = threading.Lock()
 
     def __enter__(self) -> StackWatch:
         if self.path is not None:
@@ -90,9 +80,6 @@ class StackWatch:
             self._last = state
 
 
-MAX_MESSAGE = 300  # 예외 메시지를 보고서에 옮기는 최대 글자 수
-
-
 def describe_error(error: BaseException, path: str) -> str:
     """``file:line: code — Type: message`` at the deepest frame of the reader's file (else the last frame);
     the message on one line (torch's span several: "Expected … of type torch.Tensor / but got NoneType")."""
@@ -121,9 +108,8 @@ def import_file(path: str, watch: StackWatch) -> tuple[ModuleType | None, dict[s
 
 @contextmanager
 def reader_warnings(path: str) -> Iterator[list[Record]]:
-    """No warning raised inside the block is printed. Those raised while the reader's file is on the stack
-    (the reader's own call warned: torch's FutureWarning for a deprecated function, say) are kept, each
-    once, with the reader's innermost line; the list fills when the block ends."""
+    """No warning raised inside the block is printed; those raised while the reader's file is on the stack (torch's
+    FutureWarning for a deprecated call, say) are kept once each with the reader's line, in the list the block fills."""
     mine = Path(path).resolve()
     kept: dict[tuple[str, str, int], Record] = {}
 
@@ -155,8 +141,7 @@ def checked_group(backend: str) -> Iterator[dist.ProcessGroup]:
         group = dist.new_group(backend=backend)
     finally:
         dist.set_debug_level(level)
-    original = distributed_c10d._world.default_pg
-    if original is None:
+    if (original := distributed_c10d._world.default_pg) is None:
         raise RuntimeError("프로세스 그룹이 없습니다: 채점은 랭크 안에서만 돕니다")
     distributed_c10d._update_default_pg(group)
     try:
@@ -177,11 +162,10 @@ def grade_class(ctx: RankContext, module: ModuleType, path: str, name: str, cfg:
                    "bucketed": isinstance(cls, type) and problem is None and kind == "ddp" and takes_cap(cls)}
     if problem is not None or not isinstance(cls, type):
         return out
-    chosen = INTERFACES[kind]
     with checked_group(ctx.backend) as original:
-        for key in chosen.PROBES:
+        for key, probe in INTERFACES[kind].items():
             try:
-                out[key] = chosen.PROBE_FNS[key](ctx, cls, cfg, original)
+                out[key] = probe(ctx, cls, cfg, original)
             except BaseException as error:  # 읽는 사람의 코드가 낸 것은 무엇이든 기록한다 (SystemExit도)
                 if MISMATCH in str(error):  # 모든 랭크가 같은 호출에서 함께 알아챈다
                     out["mismatch"] = _short_mismatch(str(error))
@@ -197,16 +181,8 @@ def _short_mismatch(text: str) -> str:
                        r"OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?", text)
     if not calls:
         return text.split(".Collectives differ")[0][:400]
-    ranks = ", ".join(f"랭크 {rank}: {op}" + (f" 원소 [{shape}]" if shape else "")
-                      for rank, _, op, shape in sorted(set(calls)))
+    ranks = ", ".join(f"랭크 {rank}: {op}" + (f" 원소 [{shape}]" if shape else "") for rank, _, op, shape in sorted(set(calls)))
     return f"{int(calls[0][1]) + 1}번째 집합 통신에서 랭크들이 서로 다른 호출을 했습니다 ({ranks})"
-
-
-def _agree(ctx: RankContext, ok: bool) -> bool:
-    """Whether every rank is ``ok`` (so that no rank goes on grading alone and waits for the others)."""
-    flag = torch.tensor([1 if ok else 0], device=ctx.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
 
 
 class RankRecord(TypedDict):
@@ -221,6 +197,7 @@ def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: Pr
     """The rank's record (:class:`RankRecord`)."""
     with StackWatch(trace_dir, ctx.rank) as watch, reader_warnings(path) as found:
         module, error = import_file(path, watch)
-        graded = [grade_class(ctx, module, path, name, cfg) for name in classes] \
-            if _agree(ctx, module is not None) and module is not None else []
+        imported = torch.tensor([int(module is not None)], device=ctx.device)
+        dist.all_reduce(imported, op=dist.ReduceOp.MIN)  # 모든 랭크가 불러왔을 때만: 한 랭크만 채점하며 남을 기다리지 않게
+        graded = [grade_class(ctx, module, path, name, cfg) for name in classes] if imported.item() and module is not None else []
     return {"import_error": error, "classes": graded, "warnings": found}

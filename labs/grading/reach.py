@@ -1,16 +1,13 @@
-"""What an object keeps alive: every object reachable from it, for the grader's storage accounting.
-
-The reader may keep an optimizer, a gathered weight or a gradient anywhere: an attribute, a dict of
-dataclasses, a list, a hook's closure, an autograd node's saved tensors or a custom Function's context.
-:func:`reachable` walks all of those (breadth first, each object once), so that what is measured is the
-memory held, not where the reader chose to put it.
+"""What an object keeps alive, for the grader's storage accounting: the reader may keep an optimizer, a gathered
+weight or a gradient anywhere (an attribute, a dict of dataclasses, a hook's closure, an autograd node's saved
+tensors, a custom Function's context), and what is measured is the memory held, not where it was put.
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Iterable, Iterator
-from types import CellType
+from contextlib import suppress
 
 import torch
 
@@ -28,37 +25,27 @@ def _children(obj: object) -> list[object]:
         return list(obj)
     if isinstance(obj, types.MethodType):
         return [obj.__self__, obj.__func__]
+    found: list[object] = []
     if isinstance(obj, types.FunctionType):
-        return [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
+        for cell in obj.__closure__ or ():
+            with suppress(ValueError):  # 아직 값이 없는 칸
+                found.append(cell.cell_contents)
+        return found
     if hasattr(obj, "next_functions"):  # autograd의 노드: 다음 노드, 저장한 텐서, 사용자 Function의 ctx 속성
-        saved = []
-        for name in dir(obj):
-            if name.startswith("_saved_"):
-                try:
-                    saved.append(getattr(obj, name))
-                except RuntimeError:  # 역전파가 이미 풀어 버린 값
-                    continue
+        for name in (n for n in dir(obj) if n.startswith("_saved_")):
+            with suppress(RuntimeError):  # 역전파가 이미 풀어 버린 값
+                found.append(getattr(obj, name))
         nodes = [node for node, _ in obj.next_functions if node is not None]
-        return nodes + saved + list(getattr(obj, "__dict__", {}).values())
+        return nodes + found + list(getattr(obj, "__dict__", {}).values())
     if not hasattr(obj, "__dict__") or (type(obj).__module__.startswith(("torch._C", "torch.distributed"))
                                         and not isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))):
         return []  # 프로세스 그룹 같은 torch의 객체: 그 안의 텐서는 읽는 사람이 쥔 것이 아니다
     return list(vars(obj).values())
 
 
-def _filled(cell: CellType) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
 def reachable(*roots: object) -> Iterator[object]:
     """Every object reachable from ``roots`` (tensors are yielded, not entered; their ``.grad`` is)."""
-    seen: set[int] = set()
-    kept: list[object] = []
-    frontier = list(roots)
+    seen, kept, frontier = set[int](), list[object](), list(roots)
     for _ in range(MAX_DEPTH):
         nxt: list[object] = []
         for obj in frontier:
@@ -67,11 +54,10 @@ def reachable(*roots: object) -> Iterator[object]:
             seen.add(id(obj))
             kept.append(obj)  # 걷는 동안 살려 둔다: 풀린 객체의 id를 새 객체가 물려받으면 건너뛰게 된다
             yield obj
-            if torch.is_tensor(obj):
-                if obj.is_leaf and obj.grad is not None:
-                    nxt.append(obj.grad)
-                continue
-            nxt += _children(obj)
+            if not torch.is_tensor(obj):
+                nxt += _children(obj)
+            elif obj.is_leaf and obj.grad is not None:
+                nxt.append(obj.grad)
         frontier = nxt
 
 

@@ -1,7 +1,6 @@
-"""The grader's report: every check of every class with its measured value, and for a failure the
-most likely cause and where to look (the words are :mod:`labs.grading.hints`, the order of diagnosis
-is each judge's ``CHECKS``); the warnings torch gave the reader's own calls; and a launcher error (a
-deadlock, a dead rank) in the reader's words.
+"""The grader's report: every check of every class with its measured value, for a failure the most likely
+cause and where to look (:mod:`~labs.grading.hints`), the warnings torch gave the reader's own calls, and a
+launcher error (a deadlock, a dead rank) in the reader's words.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ def _kind(result: LabResult, name: str) -> str:
 
 
 def failed_checks(result: LabResult, name: str) -> set[str]:
-    return {c for c in checks_of(_kind(result, name))
-            if f"{name}.{c}" in result.checks and not result.checks[f"{name}.{c}"].ok}
+    return {c for c in checks_of(_kind(result, name)) if f"{name}.{c}" in result.checks and not result.checks[f"{name}.{c}"].ok}
 
 
 def diagnosis(result: LabResult, name: str) -> str | None:
@@ -41,27 +39,20 @@ def diagnosis(result: LabResult, name: str) -> str | None:
 def cause_text(cls: dict[str, Any], check: str) -> tuple[str, str]:
     """Why the check most likely failed and where to look: what the judge's records narrowed it down to
     (``causes``), else the check's own words."""
-    cause = cls["causes"].get(check)
-    if cause is not None:
+    if (cause := cls["causes"].get(check)) is not None:
         why, where = CAUSES[cls["kind"]][check][cause["key"]]
         return why.format(**cause), where.format(**cause)
-    _, why, where = HINTS_OF[cls["kind"]][check]
-    return why, where
+    return HINTS_OF[cls["kind"]][check][1:]
 
 
 def _facts_lines(cls: dict[str, Any], tolerance: float) -> list[str]:
     """The numbers under the checks: the parameter differences, the first step's collectives, the errors."""
-    lines = []
-    if cls["diffs"]:
-        d = cls["diffs"]
-        lines.append("파라미터 최대 차이: " + ", ".join(
-            f"{opt.upper()} " + " · ".join(f"vs {ORACLES[k]} {v:.2e}" for k, v in d[opt].items()) for opt in d)
-            + f" (허용 {tolerance:g})")
-    if cls.get("calls"):
-        calls = cls["calls"]
-        lines.append(f"랭크 0의 {calls['where']}이 부른 집합 통신: " + (", ".join(
-            f"{op} {count}번" for op, count in sorted(calls["ops"].items())) or "없음") + f", {calls['bytes']:,}바이트")
-    return lines + [f"실행 중 예외 ({probe} 검사): {text}" for probe, text in cls["errors"].items()]
+    d, calls = cls["diffs"], cls.get("calls")
+    diffs = ", ".join(f"{opt.upper()} " + " · ".join(f"vs {ORACLES[k]} {v:.2e}" for k, v in d[opt].items()) for opt in d or [])
+    ops = ", ".join(f"{op} {count}번" for op, count in sorted(calls["ops"].items())) if calls else ""
+    return ([f"파라미터 최대 차이: {diffs} (허용 {tolerance:g})"] if d else []) + \
+        ([f"랭크 0의 {calls['where']}이 부른 집합 통신: {ops or '없음'}, {calls['bytes']:,}바이트"] if calls else []) + \
+        [f"실행 중 예외 ({probe} 검사): {text}" for probe, text in cls["errors"].items()]
 
 
 def class_report(result: LabResult, cls: dict[str, Any]) -> list[str]:
@@ -87,20 +78,14 @@ def class_report(result: LabResult, cls: dict[str, Any]) -> list[str]:
                     f"가장 가능성 높은 원인 ({cause}): {why}", f"볼 곳: {where}"]
 
 
-def warning_lines(warnings: list[dict[str, Any]]) -> list[str]:
-    """The warnings torch gave the reader's own calls (a deprecated function, say): worth fixing, graded or not."""
-    if not warnings:
-        return []
-    return ["torch가 여러분의 코드에 낸 경고 (채점과 별개로 고칠 만한 것):"] + [
-        f"  - {w['where'][0]} {w['where'][1]}행 `{w['where'][2]}`: {w['category']}: {w['message']}" for w in warnings]
-
-
 def report(result: LabResult) -> str:
-    """The Korean report: every check, its measured value, and for a failure the cause and where to look."""
-    lines = []
-    for cls in result.data["classes"]:
-        lines += class_report(result, cls) + [""]
-    return "\n".join(lines + warning_lines(result.data.get("warnings", []))).rstrip()
+    """The Korean report: every check, its measured value, and for a failure the cause and where to look; then
+    the warnings torch gave the reader's own calls (a deprecated function, say): worth fixing, graded or not."""
+    lines = [line for cls in result.data["classes"] for line in [*class_report(result, cls), ""]]
+    warnings = result.data.get("warnings", [])
+    lines += (["torch가 여러분의 코드에 낸 경고 (채점과 별개로 고칠 만한 것):"] if warnings else []) + [
+        f"  - {w['where'][0]} {w['where'][1]}행 `{w['where'][2]}`: {w['category']}: {w['message']}" for w in warnings]
+    return "\n".join(lines).rstrip()
 
 
 def explain_error(err: LabError, timeout: float) -> str:
@@ -116,6 +101,5 @@ def explain_error(err: LabError, timeout: float) -> str:
         return (f"채점 중 랭크 {err.rank}의 프로세스가 결과를 보내지 않고 끝났습니다(종료 코드 {err.exitcode}).{where} "
                 "여러분의 코드에 os._exit()나 프로세스를 끝내는 호출이 없는지, 메모리가 모자라지 않은지 보세요.")
     if isinstance(err, RankFailedError):
-        last = err.traceback_text.strip().splitlines()[-1]
-        return f"랭크 {err.rank}에서 채점 중 예외가 났습니다: {last}"
+        return f"랭크 {err.rank}에서 채점 중 예외가 났습니다: {err.traceback_text.strip().splitlines()[-1]}"
     return f"채점을 끝내지 못했습니다: {err}"

@@ -1,9 +1,6 @@
-"""Run the ``grade`` lab on a reader's file: ``labs.grade(path)``, and the same steps for ``python -m labs grade``.
-
-The file is checked once in the parent from its syntax tree before any rank starts (the lab's ``validate``,
-:mod:`labs.grading.source`); it is never executed in this process. The ranks import and run it under the time
-limit (:mod:`labs.grading.rank`), each noting its phase and stack in a folder, so that a rank that dies or hangs
-is explained here with the reader's own line.
+"""``labs.grade(path)``, and the same steps for ``python -m labs grade``. The file is checked in the parent from
+its syntax tree (the lab's ``validate``) and never executed here; the ranks run it under the time limit, each
+noting its phase and stack in a folder, so that a rank that dies or hangs is explained with the reader's line.
 """
 
 from __future__ import annotations
@@ -11,7 +8,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +42,8 @@ def lab_params(path: str | Path, classes: object, trace_dir: str) -> dict[str, s
 
 @contextmanager
 def traced(path: str | Path, spawned: bool = True) -> Iterator[str]:
-    """A folder where the spawned ranks note their phase and stack; a rank that dies or hangs inside the
-    block comes out in the reader's words. Ranks joined in place under torchrun get ``""``: each one
-    reports its own place (:mod:`labs.hangwatch`)."""
+    """A folder where the spawned ranks note their phase and stack: a rank that dies or hangs in the block comes out
+    in the reader's words. Ranks joined under torchrun get ``""``: each reports its own place (:mod:`labs.hangwatch`)."""
     if not spawned:
         yield ""
         return
@@ -65,16 +61,6 @@ def checked(result: LabResult | None) -> LabResult | None:
     return result
 
 
-def _rank_states(trace_dir: str) -> dict[int, dict[str, Any]]:
-    states = {}
-    for file in Path(trace_dir).glob("rank*.json"):
-        try:
-            states[int(file.stem[4:])] = json.loads(file.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
-            continue
-    return states
-
-
 def _place(frame: list[Any]) -> str:
     file, line, fn, code = frame
     return f"{Path(file).name} {line}행 {fn}()" + (f": {code.strip()}" if code.strip() else "")
@@ -83,13 +69,14 @@ def _place(frame: list[Any]) -> str:
 def _explained(err: RankCrashedError | LabTimeoutError, path: str | Path, trace_dir: str) -> LabError:
     """A dead or stuck rank in the reader's words: at import it is bad input (exit 2); later, a deadlock
     report that names the reader's own frame first, then the grader's."""
-    states = _rank_states(trace_dir)
-    mine = Path(path).resolve()
-    name = Path(path).name
+    states: dict[int, dict[str, Any]] = {}
+    for file in Path(trace_dir).glob("rank*.json"):
+        with suppress(ValueError, OSError):  # 랭크가 쓰다 만 파일
+            states[int(file.stem[4:])] = json.loads(file.read_text(encoding="utf-8"))
+    mine, name = Path(path).resolve(), Path(path).name
     ranks = [err.rank] if isinstance(err, RankCrashedError) else err.missing_ranks
-    importing = [r for r in ranks if states.get(r, {}).get("phase") == "import"]
-    if importing:
-        r = importing[0]
+    r = next((r for r in ranks if states.get(r, {}).get("phase") == "import"), None)
+    if r is not None:
         frames = [f for f in states[r]["frames"] if Path(f[0]).resolve() == mine]
         if isinstance(err, RankCrashedError):
             lines = exit_calls(path)
@@ -104,8 +91,7 @@ def _explained(err: RankCrashedError | LabTimeoutError, path: str | Path, trace_
     for r, state in states.items():
         reader = [f for f in state["frames"] if Path(f[0]).resolve() == mine]
         grader = [f for f in state["frames"] if "/labs/" in f[0] and Path(f[0]).resolve() != mine]
-        parts = ([f"여러분의 코드 {_place(reader[-1])}"] if reader else []) + \
-                ([f"채점기 {_place(grader[-1])}"] if grader else [])
+        parts = ([f"여러분의 코드 {_place(reader[-1])}"] if reader else []) + ([f"채점기 {_place(grader[-1])}"] if grader else [])
         if parts:
             places[r] = " ← ".join(parts)
     if isinstance(err, RankCrashedError):

@@ -1,15 +1,9 @@
-"""The reader's file, checked in the parent from its syntax tree: nothing in it is executed here.
-
-What can be known without running it is checked once, before any rank starts: the path, the size,
-the syntax, that each class is defined (or imported) at the top level, and for a class defined in
-the file its constructor's shape. What only running can tell (an inherited constructor, the base
-class) is checked by the same functions inside each rank (:func:`class_error`).
-
-The class says which interface it is graded against (:func:`kind_of`): ``ShardedOptimizer`` or any
-``torch.optim.Optimizer`` is a ZeRO-1 optimizer (chapter 13), ``FullyShardedDP`` or a module with
-``gather_full_params`` a small FSDP, anything else a DDP (chapter 9). Both paths read a class into one
-:class:`Shape` (what is known of its base, methods and constructor) and judge it by one rule,
-:func:`shape_error`.
+"""The reader's file, checked in the parent from its syntax tree (nothing in it is executed here) once,
+before any rank starts: the path, the size, the syntax, each class defined (or imported) at the top level,
+and for a class defined in the file its constructor's shape. What only running can tell (an inherited
+constructor, the base) is checked by the same rule inside each rank (:func:`class_error`): both read a class
+into one :class:`Shape` and judge it with :func:`shape_error`. The class says which interface it is graded
+against (:func:`kind_of`): a ZeRO-1 optimizer, a small FSDP or a DDP.
 """
 
 from __future__ import annotations
@@ -61,17 +55,15 @@ def class_names(classes: object) -> list[str]:
 
 def read_tree(path: str | Path) -> tuple[Path, ast.Module]:
     """The file's syntax tree, after the checks on its path and size (Korean errors)."""
-    text = str(path)
-    long = next((part for part in Path(text).parts if len(part.encode("utf-8", "replace")) > MAX_NAME), None)
+    file = Path(path)
+    long = next((part for part in file.parts if len(part.encode("utf-8", "replace")) > MAX_NAME), None)
     if long is not None:
         raise GradeInputError(f"경로의 한 부분이 {MAX_NAME}바이트보다 깁니다({len(long.encode('utf-8', 'replace'))}바이트: "
                               f"{long[:40]}…). 파일 이름이나 폴더 이름을 줄여 다시 채점하세요.")
-    file = Path(text)
     if not file.is_file():
-        raise GradeInputError(f"채점할 파일이 없습니다: {text!r}. 경로를 확인하세요 "
+        raise GradeInputError(f"채점할 파일이 없습니다: {str(path)!r}. 경로를 확인하세요 "
                               "(노트북에서는 %%writefile로 먼저 파일을 만드세요).")
-    size = file.stat().st_size
-    if size > MAX_BYTES:
+    if (size := file.stat().st_size) > MAX_BYTES:
         raise GradeInputError(f"{file.name}이(가) 너무 큽니다({size:,}바이트, 최대 {MAX_BYTES:,}바이트). "
                               "DDP 클래스가 든 파이썬 파일 하나를 주세요.")
     source = file.read_text(encoding="utf-8-sig", errors="replace")  # 메모장 등이 앞에 붙이는 BOM은 파이썬 코드다
@@ -100,8 +92,7 @@ def top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
 def default_classes(path: str | Path) -> list[str]:
     """The classes graded when none are named: those of ``DEFAULT_CLASSES`` the file defines."""
     file, tree = read_tree(path)
-    found = top_level_names(tree)
-    names = [n for n in DEFAULT_CLASSES if n in found]
+    names = [n for n in DEFAULT_CLASSES if n in top_level_names(tree)]
     if not names:
         raise GradeInputError(f"{file.name}에 {' 또는 '.join(DEFAULT_CLASSES)} 클래스가 없습니다. "
                               "채점할 클래스 이름을 --class NAME(파이썬: classes=[...])으로 알려 주세요 "
@@ -130,17 +121,14 @@ class Signature(NamedTuple):
     def of_class(cls, target: type) -> Signature:
         params = list(inspect.signature(target).parameters.values())
         named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        required = [p.name for p in params if p.default is inspect.Parameter.empty
-                    and p.kind in (*named, inspect.Parameter.KEYWORD_ONLY)]
+        required = [p.name for p in params if p.default is inspect.Parameter.empty and p.kind in (*named, inspect.Parameter.KEYWORD_ONLY)]
         shown = [("*" if p.kind == p.VAR_POSITIONAL else "**" if p.kind == p.VAR_KEYWORD else "") + p.name for p in params]
-        return cls([p.name for p in params if p.kind in named], required, any(p.kind == p.VAR_KEYWORD for p in params),
-                   shown)
+        return cls([p.name for p in params if p.kind in named], required, any(p.kind == p.VAR_KEYWORD for p in params), shown)
 
 
 class Shape(NamedTuple):
-    """What is known of a class: its interface, whether it derives from the interface's base (None: not
-    known), the methods it has (None: not known, inherited from a base the tree does not show) and its
-    constructor (None: not defined in the file)."""
+    """What is known of a class: its interface, whether it derives from the interface's base, the methods it has and
+    its constructor (None: not known, a base the tree does not show; no ``__init__`` in the file)."""
 
     kind: str
     based: bool | None
@@ -158,13 +146,12 @@ def kind_from(names: Iterable[str], optimizer: bool, gathers: bool) -> str:
 def constructor_ok(kind: str, sig: Signature) -> bool:
     """``DDP(module[, bucket_cap_mb])``, ``ShardedOptimizer(params, optimizer_cls, **kwargs)`` or
     ``FullyShardedDP(module, compute_dtype=None)``: nothing else may be required."""
+    first, required = set(sig.positional[:1]), set(sig.required)
     if kind == "zero":
-        return len(sig.positional) >= 2 and sig.kwargs and set(sig.required) <= set(sig.positional[:2])
-    if not sig.positional:
-        return False
+        return len(sig.positional) >= 2 and sig.kwargs and required <= set(sig.positional[:2])
     if kind == "fsdp":
-        return set(sig.required) <= {sig.positional[0]} and ("compute_dtype" in sig.positional or sig.kwargs)
-    return set(sig.required) <= {sig.positional[0], "bucket_cap_mb"}
+        return bool(first) and required <= first and ("compute_dtype" in sig.positional or sig.kwargs)
+    return bool(first) and required <= first | {"bucket_cap_mb"}
 
 
 def shape_error(name: str, shape: Shape, where: str = "") -> str | None:
@@ -179,8 +166,7 @@ def shape_error(name: str, shape: Shape, where: str = "") -> str | None:
                 "backward() 뒤, optimizer.step() 전에 부를 이 메서드가 그래디언트 평균을 마무리합니다.")
         return f"{name}에 {', '.join(f'{m}(self)' for m in missing)} 메서드가 없습니다. {what}"
     if shape.init is not None and not constructor_ok(shape.kind, shape.init):
-        return (f"{name}의 생성자는 {CONSTRUCTORS[shape.kind].format(name=name)}. "
-                f"지금 받는 인자: ({', '.join(shape.init.shown)})")
+        return f"{name}의 생성자는 {CONSTRUCTORS[shape.kind].format(name=name)}. 지금 받는 인자: ({', '.join(shape.init.shown)})"
     return None
 
 
@@ -228,13 +214,9 @@ def validate_file(path: str | Path, classes: Sequence[str] | str | None) -> list
         node = found.get(name)
         if node is None:
             defined = [n for n, v in found.items() if isinstance(v, ast.ClassDef)]
-            close = difflib.get_close_matches(name, defined, n=1)
-            hint = f" 혹시 '{close[0]}'인가요?" if close else ""
-            raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: "
-                                  f"{', '.join(defined) or '(없음)'}")
-        problem = shape_error(name, node_shape(node), f"{file.name} {node.lineno}행: ") \
-            if isinstance(node, ast.ClassDef) else None
-        if problem is not None:
+            hint = "".join(f" 혹시 '{close}'인가요?" for close in difflib.get_close_matches(name, defined, n=1))
+            raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: {', '.join(defined) or '(없음)'}")
+        if isinstance(node, ast.ClassDef) and (problem := shape_error(name, node_shape(node), f"{file.name} {node.lineno}행: ")):
             raise GradeInputError(problem)
     return names
 
@@ -242,16 +224,11 @@ def validate_file(path: str | Path, classes: Sequence[str] | str | None) -> list
 def exit_calls(path: str | Path) -> list[int]:
     """Lines of module-level calls that end the process (``os._exit``, ``sys.exit``, ``os.kill`` …)."""
     _, tree = read_tree(path)
-    lines = []
-    stack: list[ast.AST] = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    while stack:
+    lines, stack = [], list[ast.AST](tree.body)
+    while stack:  # 함수·클래스·람다의 몸은 불러올 때 돌지 않는다
         node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called in EXITS:
-                lines.append(node.lineno)
-        stack.extend(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in EXITS:
+            lines.append(node.lineno)  # os._exit(…)의 attr, exit(…)의 id
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
     return sorted(lines)

@@ -1,10 +1,6 @@
-"""The parent's summary of a grading run: each class judged by the judge of its interface.
-
-:mod:`labs.grading.judge` judges a DDP (chapter 9), :mod:`labs.grading.zero_judge` a ZeRO-1 optimizer and
-:mod:`labs.grading.fsdp_judge` a small FSDP (chapter 13), each a table that
-:func:`~labs.grading.verdicts.judge_class` walks. A file that could not be graded at all (its import, a
-class's shape) is one input error instead of checks. Warnings torch gave the reader's calls on any rank
-are kept once each.
+"""The parent's summary of a grading run: each class judged by the judge of its interface (:data:`JUDGES`); a
+file that could not be graded at all (its import, a class's shape) is one input error instead of checks; the
+warnings torch gave the reader's calls on any rank, once each.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ def checks_of(kind: str) -> tuple[str, ...]:
 def input_error(ranks: list[Record]) -> str | None:
     """Why the file could not be graded at all (exit 2): its import, or a class's shape."""
     for r in ranks:
-        if r["import_error"]:
-            e = r["import_error"]
+        if e := r["import_error"]:
             advice = ("sys.exit()·exit()·quit()는 랭크를 끝내 버립니다. 파일 맨 위에서 부르지 말고 "
                       "if __name__ == \"__main__\": 아래로 옮기세요." if e["kind"] in ("SystemExit", "KeyboardInterrupt")
                       else "파일 맨 위(함수와 클래스 밖)에서 실행되는 코드를 확인하세요.")

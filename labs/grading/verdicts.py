@@ -1,11 +1,8 @@
 """What every judge shares: one class's records on every rank, the two leading checks, and the walk
-over a judge's table of checks.
-
-A judge (:mod:`labs.grading.judge` for a DDP, :mod:`labs.grading.zero_judge`, :mod:`labs.grading.fsdp_judge`)
-is a :class:`Judge`: one module-level function per check (it takes the :class:`ClassRecords` and returns
-the check) in a table in the order of diagnosis, the probe each check reads, and the facts the report
-explains a failure with. :func:`judge_class` walks that table: a check whose probe raised on some rank,
-or whose ranks' collectives diverged, is reported as not measured (with the reason) instead of being run.
+over a judge's table. A judge (:mod:`~labs.grading.judge` for a DDP, :mod:`~labs.grading.zero_judge`,
+:mod:`~labs.grading.fsdp_judge`) is a :class:`Judge`: one module-level function per check in a table in the
+order of diagnosis, the probe each reads, and the facts the report explains a failure with. A check whose
+probe raised on some rank, or whose ranks' collectives diverged, is reported as not measured, with the reason.
 """
 
 from __future__ import annotations
@@ -20,9 +17,11 @@ from ..result import Check, check_true, not_applicable
 TOLERANCE = 1e-5   # 파라미터 비교: torch.testing의 float32 기본 atol
 RATIO_RTOL = 1e-2  # 그래디언트가 기준의 N^k배라고 볼 비율의 상대 오차
 SHOWN = 6          # 값에 이름을 적는 파라미터 수
+LEADING = ("runs_without_error", "same_collectives_on_ranks")  # 모든 인터페이스의 첫 두 확인 (judge_class)
 
 Record = dict[str, Any]  # 한 랭크의 기록(숫자·문자열·목록·사전: 랭크에서 JSON으로 온다)
 Facts = dict[str, Any]   # 보고서가 실패를 설명하는 데 쓰는 값 (요약 데이터에 들어간다)
+CheckFn = Callable[["ClassRecords"], Check]  # 확인마다의 판정 함수
 
 
 @dataclass(frozen=True)
@@ -37,24 +36,16 @@ class ClassRecords:
 
     def of(self, probe: str) -> list[Record]:
         """The records of ``probe`` on every rank (a check reads only a probe that ran everywhere)."""
-        records = self.probes[probe]
-        if records is None:
+        if (records := self.probes[probe]) is None:
             raise KeyError(f"{probe} 검사의 기록이 없습니다")
         return records
 
 
-CheckFn = Callable[[ClassRecords], Check]
-
-
 def first_error(r: ClassRecords, probe_names: Mapping[str, str],
                 counts: Callable[[Record, str], bool] = lambda c, probe: True) -> str | None:
-    """The first exception (of those a rank's class record ``counts``), probes in the order of ``probe_names``,
-    with the rank."""
+    """The first exception with its rank (of those ``counts`` keeps), probes in the order of ``probe_names``."""
     return next((f"랭크 {rank}, {probe_names[probe]}: {c['errors'][probe]}" for probe in probe_names
                  for rank, c in enumerate(r.on_ranks) if c["errors"].get(probe) and counts(c, probe)), None)
-
-
-LEADING = ("runs_without_error", "same_collectives_on_ranks")  # 모든 인터페이스의 첫 두 확인 (leading_checks)
 
 
 @dataclass(frozen=True)
@@ -66,7 +57,8 @@ class Judge:
     probe_names: Mapping[str, str]           # 검사 → 보고서의 말("학습 반복에서")
     facts: Callable[[ClassRecords], Facts]   # 보고서가 쓰는 값
     error: Callable[[ClassRecords, Mapping[str, str]], str | None] = first_error
-    mismatch: Callable[[ClassRecords], str | None] = lambda r: None  # 기록에서 보이는 랭크 사이의 어긋남
+    # 랭크 사이의 어긋남을 찾는 반복별 호출: (보고서의 말, train 검사의 한 랭크 기록 → 반복별 호출)
+    calls: tuple[str, Callable[[Record], list[Any]]] = ("", lambda rank: [])
     needs_two_ranks: tuple[str, ...] = ()
 
     @property
@@ -84,9 +76,8 @@ def power(ratio: float, n: int) -> int | None:
 
 
 def scale_cause(g: Record, n: int, rtol: float) -> str | None:
-    """What a gradient fitted against the global-batch mean (:func:`labs.grading.probes.compare_grad`) is,
-    when it is a shape every interface names: ``ok``, ``not_reduced`` (this rank's own, or it over N),
-    ``times_n`` (the sum), ``over_n`` (divided by N once more or more); else None."""
+    """What a gradient fitted against the global-batch mean (:func:`labs.grading.probes.compare_grad`) is, when every
+    interface names it: ``ok``, ``not_reduced`` (this rank's own, or over N), ``times_n``, ``over_n`` (over N^k); else None."""
     if g["err"] <= rtol:
         return "ok"
     if n > 1 and g["local_res"] <= rtol and power(g["local_ratio"], n) in (0, -1):
@@ -106,15 +97,6 @@ def names(params: list[str]) -> str:
     return ", ".join(params[:SHOWN]) + (" …" if len(params) > SHOWN else "")
 
 
-def leading_checks(error: str | None, mismatch: str | None) -> list[Check]:
-    """The first two checks of every interface: an exception, then ranks that disagree on a collective."""
-    return [check_true(LEADING[0], error is None, error or "예외 없음",
-                       "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
-            check_true(LEADING[1], mismatch is None, mismatch or "모든 호출 일치",
-                       "모든 랭크가 같은 순서로 같은 크기의 집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 "
-                       "랭크끼리 맞춰 봄)")]
-
-
 def unmeasured(name: str, probe_name: str, mismatch: str | None) -> Check:
     """Why a check could not be measured: the ranks' collectives diverged, or its probe raised."""
     why = "랭크들의 집합 통신이 어긋나 측정할 수 없음(먼저 same_collectives_on_ranks를 고치세요)" if mismatch \
@@ -124,8 +106,7 @@ def unmeasured(name: str, probe_name: str, mismatch: str | None) -> Check:
 
 def measured(judge: Judge, r: ClassRecords, name: str) -> Check:
     """Check ``name`` of ``judge`` on ``r``, or why it was not measured."""
-    probe = judge.probe_of.get(name)
-    if probe is not None and (r.probes[probe] is None or r.mismatch):
+    if (probe := judge.probe_of.get(name)) is not None and (r.probes[probe] is None or r.mismatch):
         return unmeasured(name, judge.probe_names[probe], r.mismatch)
     if r.n == 1 and name in judge.needs_two_ranks:
         return not_applicable(name, "N=1이면 나눌 랭크도, 비교할 다른 랭크도 없다")
@@ -139,7 +120,12 @@ def judge_class(judge: Judge, ranks: list[Record], j: int, params: Mapping[str, 
                      {p: None if any(c.get(p) is None for c in on_ranks) else [c[p] for c in on_ranks]
                       for p in judge.probe_names},
                      next((c["mismatch"] for c in on_ranks if c["mismatch"]), None))
-    if r.mismatch is None:
-        r = replace(r, mismatch=judge.mismatch(r))
-    checks = leading_checks(judge.error(r, judge.probe_names), r.mismatch)
+    what, calls_of = judge.calls
+    per_rank = [calls_of(rank) for rank in r.probes.get("train") or []]
+    if r.mismatch is None and any(c != per_rank[0] for c in per_rank):
+        r = replace(r, mismatch=f"랭크마다 {what}이 다름: " + "; ".join(f"랭크 {i}: {c[0]}" for i, c in enumerate(per_rank)))
+    error = judge.error(r, judge.probe_names)  # 모든 인터페이스의 첫 두 확인: 예외, 랭크마다 다른 집합 통신
+    checks = [check_true(LEADING[0], error is None, error or "예외 없음", "채점하는 동안 여러분의 코드가 예외를 내지 않는다"),
+              check_true(LEADING[1], r.mismatch is None, r.mismatch or "모든 호출 일치", "모든 랭크가 같은 순서로 같은 크기의 "
+                         "집합 통신을 부른다(torch의 집합 통신 검사기가 호출마다 랭크끼리 맞춰 봄)")]
     return checks + [measured(judge, r, name) for name in judge.check_fns], {**judge.facts(r), "mismatch": r.mismatch}

@@ -1,7 +1,6 @@
-"""The parent's verdicts on a ZeRO-1 optimizer from the records of :mod:`labs.grading.zero_probes`.
-
-The order of :data:`CHECKS` is the order of diagnosis: a step that shares nothing explains replicas that
-differ, which explain parameters that are not DDP's, which explain results that are not the oracles'.
+"""The parent's verdicts on a ZeRO-1 optimizer from the records of :mod:`labs.grading.zero_probes`, in the order
+of diagnosis: a step that shares nothing explains replicas that differ, which explain parameters that are not
+DDP's, which explain results that are not the oracles'.
 """
 
 from __future__ import annotations
@@ -11,10 +10,6 @@ from .config import OPTIMIZER_LABELS
 from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, names
 
 PROBE_NAMES = {"train": "학습 반복에서", "groups": "add_param_group으로 그룹을 더한 뒤"}
-PROBE_OF = {"step_shares_params": "train", "replicas_identical": "train", "params_updated": "train",
-            "state_divided": "train", "zero_grad_clears": "train", "param_groups_honoured": "groups",
-            "matches_oracles": "train"}
-NEEDS_TWO_RANKS = ("step_shares_params", "replicas_identical")
 
 
 def step_shares_params(r: ClassRecords) -> Check:
@@ -23,8 +18,7 @@ def step_shares_params(r: ClassRecords) -> Check:
     sums = {(opt, i): sum(rank["runs"][opt]["steps"][i]["elements"] for rank in t)
             for opt in t[0]["runs"] for i in range(len(t[0]["runs"][opt]["steps"]))}
     (opt, i), least = min(sums.items(), key=lambda kv: kv[1])
-    ops = t[0]["runs"][opt]["steps"][i]["ops"]
-    shown = ", ".join(f"{op} {count}번" for op, count in sorted(ops.items())) or "집합 통신 없음"
+    shown = ", ".join(f"{op} {count}번" for op, count in sorted(t[0]["runs"][opt]["steps"][i]["ops"].items())) or "집합 통신 없음"
     return check_at_least("step_shares_params", least, sum(t[0]["numels"]),
                           f"step()마다 랭크들이 집합 통신으로 나른 원소의 합이 파라미터 원소 수 이상이다: 주인이 업데이트한 "
                           f"파라미터를 모두에게 보낸다(가장 적은 스텝: {OPTIMIZER_LABELS[opt]} {i + 1}번째, 랭크 0의 호출 {shown})")
@@ -64,12 +58,9 @@ def params_updated(r: ClassRecords) -> Check:
 
 def state_shares(t: list[Record], n: int) -> list[Record]:
     """For each optimizer: the state bytes each rank holds, one process's, and the bound of a 1/N share."""
-    out = []
-    for opt in t[0]["runs"]:
-        single = t[0]["runs"][opt]["single_state"]
-        out.append({"opt": opt, "held": [rank["runs"][opt]["state_bytes"] for rank in t], "single": sum(single),
-                    "bound": sum(single) / n + max(single)})
-    return out
+    singles = [(opt, t[0]["runs"][opt]["single_state"]) for opt in t[0]["runs"]]
+    return [{"opt": opt, "held": [rank["runs"][opt]["state_bytes"] for rank in t], "single": sum(single),
+             "bound": sum(single) / n + max(single)} for opt, single in singles]
 
 
 def state_divided(r: ClassRecords) -> Check:
@@ -126,12 +117,6 @@ def matches_oracles(r: ClassRecords) -> Check:
                          "그리고 전역 배치로 학습한 단일 프로세스와 같다(최대 절대 차이)")
 
 
-CHECK_FNS = {"step_shares_params": step_shares_params, "replicas_identical": replicas_identical,
-             "params_updated": params_updated, "state_divided": state_divided, "zero_grad_clears": zero_grad_clears,
-             "param_groups_honoured": param_groups_honoured, "matches_oracles": matches_oracles}
-CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
-
-
 def facts(r: ClassRecords) -> Facts:
     t = r.probes["train"]
     if not t:
@@ -142,4 +127,8 @@ def facts(r: ClassRecords) -> Facts:
             "causes": {} if cause is None else {"state_divided": cause}}
 
 
-JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, needs_two_ranks=NEEDS_TWO_RANKS)
+CHECK_FNS = {f.__name__: f for f in (step_shares_params, replicas_identical, params_updated, state_divided, zero_grad_clears,
+                                     param_groups_honoured, matches_oracles)}  # 확인의 이름은 함수의 이름
+CHECKS = (*LEADING, *CHECK_FNS)  # 진단의 순서
+PROBE_OF = {**dict.fromkeys(CHECK_FNS, "train"), "param_groups_honoured": "groups"}
+JUDGE = Judge(CHECK_FNS, PROBE_OF, PROBE_NAMES, facts, needs_two_ranks=("step_shares_params", "replicas_identical"))

@@ -1,19 +1,11 @@
-"""The ranks' side of grading a ZeRO-1 optimizer, ``ShardedOptimizer(params, optimizer_cls, **kwargs)``.
+"""The ranks' side of grading a ZeRO-1 optimizer, ``ShardedOptimizer(params, optimizer_cls, **kwargs)`` (verdicts:
+:mod:`labs.grading.zero_judge`). The model is wrapped in torch DDP on the grader's own process group, so every rank
+holds the same mean gradient before ``step()``; the reader's optimizer works on the checked default group.
 
-Like :mod:`labs.grading.probes`, nothing here judges; the verdicts are in :mod:`labs.grading.zero_judge`.
-The course's model is wrapped in torch DDP (on the grader's own process group), so every rank holds the
-same averaged gradient before ``step()``; the reader's optimizer works on the checked default group.
-
-- ``train``: K steps with SGD (momentum) and with AdamW through the reader's class, next to torch DDP
-  with the plain optimizer and one process on the global batch. Recorded per rank: the collectives each
-  ``step()`` issued (the process group's work items), the parameters' fingerprint after each step, each
-  parameter after the first step against DDP's and against its own value before the step, the
-  optimizer state's bytes (storage accounting of every torch optimizer the object holds), the single
-  process's state bytes per parameter, the parameters that still have a gradient after ``zero_grad()``,
-  and the differences from both oracles after K steps.
-- ``groups``: the optimizer is built over the first half of the layers and the second half is added later
-  with ``add_param_group`` and another learning rate, next to torch's optimizer built the same way;
-  the groups' learning rates as ``param_groups`` shows them and each group's difference after K steps.
+- ``train``: K steps of SGD (momentum) and AdamW through the reader's class, next to torch DDP with the plain
+  optimizer and one process on the global batch: each ``step()``'s collectives and the fingerprint after it, the
+  first step against DDP's and the value before, the state bytes held, what ``zero_grad()`` left, the oracles' diffs.
+- ``groups``: built over half the layers, the other half added by ``add_param_group`` with another learning rate.
 """
 
 from __future__ import annotations
@@ -32,27 +24,20 @@ from .config import OPTIMIZER_ARGS, ProbeConfig
 from .probes import ProbeFn, Record, float_calls, start
 from .reach import held_bytes, reachable
 
-PROBES = ("train", "groups")
 LATER_LR = 0.15     # add_param_group으로 나중에 더하는 그룹의 학습률: 생성자의 lr과 달라야 무시했는지 보인다
 
 
-def held_optimizers(root: torch.optim.Optimizer) -> list[torch.optim.Optimizer]:
-    """``root`` and every torch optimizer it keeps (:func:`labs.grading.reach.reachable`): wherever the
-    reader keeps the optimizer of its shard, its ``state`` is found."""
-    return [obj for obj in reachable(root) if isinstance(obj, torch.optim.Optimizer)]
-
-
 def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
-    """Bytes of the distinct storages in the ``state`` of every optimizer the object holds, the model's
-    parameters and gradients left out."""
-    return held_bytes([opt.state for opt in held_optimizers(optimizer)], [t for p in model.parameters() for t in (p, p.grad)])
+    """Bytes of the distinct storages in the ``state`` of the object and of every torch optimizer it keeps (found
+    wherever the reader keeps its shard's optimizer), the model's parameters and gradients left out."""
+    return held_bytes([obj.state for obj in reachable(optimizer) if isinstance(obj, torch.optim.Optimizer)],
+                      [t for p in model.parameters() for t in (p, p.grad)])
 
 
 def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, x, y = start(ctx, cfg, cfg.steps)
-    names = [name for name, _ in init.named_parameters()]
-    out: Record = {"names": names, "numels": [p.numel() for p in init.parameters()], "runs": {}}
+    out: Record = {"names": [name for name, _ in init.named_parameters()], "numels": [p.numel() for p in init.parameters()], "runs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
         model, ref = copy.deepcopy(init), copy.deepcopy(init)
         ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
@@ -61,8 +46,7 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
         theirs = [opt_cls(m.parameters(), **kwargs) for m in (ref, single)]
         steps, first = [], None
         for step in range(cfg.steps):
-            mine.zero_grad()
-            for opt in theirs:
+            for opt in (mine, *theirs):
                 opt.zero_grad()
             batch = rank_batch(x, y, ctx.rank, n, per_rank, step)
             mse_backward(ddp, *batch)  # DDP의 역전파: 모든 랭크가 같은 평균 그래디언트를 가진다
@@ -79,20 +63,12 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
                          for p, q, b in zip(model.parameters(), ref.parameters(), before)]
         mse_backward(ddp, *rank_batch(x, y, ctx.rank, n, per_rank, 0))  # 그래디언트를 하나 더 만들고 지운다
         mine.zero_grad()
-        single_state = [held_bytes([theirs[1].state[p]]) for p in single.parameters()]
         out["runs"][opt_name] = {
             "steps": steps, "first_step": first, "state_bytes": state_bytes(mine, model),
-            "single_state": single_state,
-            "grads_left": [name for name, p in model.named_parameters()
-                           if p.grad is not None and bool(p.grad.abs().max() > 0)],
-            "diffs": {"ddp": max_abs_diff(list(model.parameters()), list(ref.parameters())),
-                      "single": max_abs_diff(list(model.parameters()), list(single.parameters()))}}
+            "single_state": [held_bytes([theirs[1].state[p]]) for p in single.parameters()],
+            "grads_left": [name for name, p in model.named_parameters() if p.grad is not None and bool(p.grad.abs().max() > 0)],
+            "diffs": {k: max_abs_diff(list(model.parameters()), list(m.parameters())) for k, m in (("ddp", ref), ("single", single))}}
     return out
-
-
-def _halves(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    params = list(model.parameters())
-    return params[:len(params) // 2], params[len(params) // 2:]
 
 
 def probe_groups(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
@@ -101,7 +77,8 @@ def probe_groups(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
     model, ref = copy.deepcopy(init), copy.deepcopy(init)
     ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
     opt_cls, kwargs = OPTIMIZER_ARGS["sgd"]
-    (early, later), (ref_early, ref_later) = _halves(model), _halves(ref)
+    half = len(list(init.parameters())) // 2
+    (early, later), (ref_early, ref_later) = ((ps[:half], ps[half:]) for ps in (list(model.parameters()), list(ref.parameters())))
     mine = cls(early, opt_cls, **kwargs)
     mine.add_param_group({"params": later, "lr": LATER_LR})  # 생성한 뒤에 더한 그룹: 다른 학습률
     theirs = opt_cls(ref_early, **kwargs)
