@@ -278,3 +278,19 @@ def assert_only_these_fail(lab_module, result, tamper, failing: set[str], **para
     assert {c.name for c in tampered.failed()} == failing, tampered.report()
     with pytest.raises(LabCheckFailed):
         tampered.assert_ok()
+
+
+def tamper_tests(lab_module, tampers: dict, n: int, runs: str = "runs"):
+    """The two tests of a lab whose every check has one tamper (``tampers``: check name → tamper), on the run with
+    ``n`` ranks of the module's ``runs`` fixture: every check has its tamper, and each tamper fails exactly its check.
+
+        test_every_check_is_tampered, test_each_comparison_can_fail = tamper_tests(mixed_lab, TAMPERS, n=3)
+    """
+    def test_every_check_is_tampered(request):
+        assert set(tampers) == set(request.getfixturevalue(runs)[n].checks)
+
+    @pytest.mark.parametrize("check", sorted(tampers))
+    def test_each_comparison_can_fail(request, check):
+        assert_only_these_fail(lab_module, request.getfixturevalue(runs)[n], tampers[check], {check})
+
+    return test_every_check_is_tampered, test_each_comparison_can_fail

@@ -6,7 +6,7 @@ Embedding and a LayerNorm."""
 from __future__ import annotations
 
 import pytest
-from conftest import assert_checks_hold, assert_only_these_fail, run_two_rank_script
+from conftest import assert_checks_hold, run_two_rank_script, tamper_tests
 
 import labs
 from labs.lessons import fsdp as fsdp_lab
@@ -121,13 +121,7 @@ TAMPERS = {
 }
 
 
-def test_every_check_is_tampered(runs):
-    assert set(TAMPERS) == set(runs[3].checks)
-
-
-@pytest.mark.parametrize("check", sorted(TAMPERS))
-def test_each_comparison_can_fail(runs, check):
-    assert_only_these_fail(fsdp_lab, runs[3], TAMPERS[check], {check})
+test_every_check_is_tampered, test_each_comparison_can_fail = tamper_tests(fsdp_lab, TAMPERS, n=3)
 
 
 # ----------------------------------------------------------------------------- FullyShardedDP itself

@@ -4,7 +4,7 @@ an uninterrupted run), the rank-0-only save it catches, and each check failing o
 from __future__ import annotations
 
 import pytest
-from conftest import assert_checks_hold, assert_only_these_fail, has_hangul, set_in_records
+from conftest import assert_checks_hold, has_hangul, set_in_records, tamper_tests
 
 import labs
 from labs.lessons import sharded_checkpoint as ckpt_lab
@@ -63,10 +63,4 @@ TAMPERS = {
 }
 
 
-def test_every_check_is_tampered(runs):
-    assert set(TAMPERS) == set(runs[2].checks)
-
-
-@pytest.mark.parametrize("check", sorted(TAMPERS))
-def test_each_comparison_can_fail(runs, check):
-    assert_only_these_fail(ckpt_lab, runs[2], TAMPERS[check], {check})
+test_every_check_is_tampered, test_each_comparison_can_fail = tamper_tests(ckpt_lab, TAMPERS, n=2)
