@@ -8,7 +8,7 @@ JB_FLAGS := -W -n --keep-going
 LAB_RUNS := $(CURDIR)/_build/lab-runs
 # 테스트는 작업자(worker) 세 개가 파일 단위로 나눠 돌린다: 기다리는 시간(브라우저, Slurm, 제한 시간)이 겹쳐 두 코어가
 # 쉬지 않는다. 파일 하나는 한 작업자에서, 시간을 재는 테스트(@pytest.mark.alone)는 혼자 돈다 (tests/parallel.py)
-TEST_WORKERS := -n 3 --dist loadfile --no-loadscope-reorder
+TEST_WORKERS := -n 3 --dist loadfile
 
 .PHONY: book test lint venv browser slurm serve clean lab-list
 

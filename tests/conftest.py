@@ -23,7 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import parallel  # noqa: E402
 import site_server  # noqa: E402
-from parallel import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure  # noqa: E402,F401  (hooks: xdist rules)
+from parallel import pytest_runtest_protocol, pytest_unconfigure  # noqa: E402,F401  (hooks: xdist rules)
 
 import labs.launch  # noqa: E402
 from labs.errors import LabCheckFailed  # noqa: E402

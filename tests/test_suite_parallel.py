@@ -165,10 +165,10 @@ def xdist_flags() -> list[str]:
 @pytest.mark.parametrize("rules", [True, False], ids=["with-parallel-rules", "without"])
 def test_make_test_flags_keep_files_whole_visits_first_alone_alone(tmp_path, rules):
     """A small suite under `make test`'s xdist flags: each file runs on one worker, the page-visit
-    file (last by name) starts first, the ``alone`` tests overlap no other test, and a file of
-    ``alone`` tests runs as one stretch that no other test enters. Without the hooks of
-    tests/parallel.py the same suite starts the visits late and runs ``alone`` beside them."""
-    hooks = "from parallel import pytest_collection_modifyitems, pytest_runtest_protocol, pytest_unconfigure" if rules else ""
+    file (last by name, most tests) starts first (xdist's own order), the ``alone`` tests overlap no other
+    test, and a file of ``alone`` tests runs as one stretch that no other test enters. Without the hooks of
+    tests/parallel.py the same suite runs ``alone`` beside other tests."""
+    hooks = "from parallel import pytest_runtest_protocol, pytest_unconfigure" if rules else ""
     (tmp_path / "conftest.py").write_text(SUITE_CONFTEST.format(here=str(Path(__file__).resolve().parent), hooks=hooks))
     for name in ("a", "b", "c"):
         (tmp_path / f"test_{name}.py").write_text(PLAIN_FILE)
@@ -192,10 +192,10 @@ def test_make_test_flags_keep_files_whole_visits_first_alone_alone(tmp_path, rul
     stretch = (min(r[3] for r in timed), max(r[4] for r in timed))
     inside = [(r[0], r[1]) for r in runs if r[0] != "test_m_timed" and stretch[0] < r[4] and r[3] < stretch[1]]
     clashes = [(a[0], r[0], r[1]) for a in alone for r in runs if r is not a and a[3] < r[4] and r[3] < a[4]]
+    assert "test_z_pages" in first.values(), first
     if rules:
-        assert "test_z_pages" in first.values(), first
         assert not clashes, clashes
         assert not inside, f"alone 파일을 도는 사이에 다른 테스트가 돌았습니다: {inside}"
         assert not list(tmp_path.glob("ddp-course-tests-*")), "잠금 폴더가 남았습니다"
     else:
-        assert "test_z_pages" not in first.values() and clashes, (first, clashes)
+        assert clashes, clashes
