@@ -15,8 +15,11 @@ if sys.argv[:1] == ["-m"]:  # `python -m labs`: a Ctrl-C before the CLI's handle
 from .errors import LabCheckFailed, LabConfigError, LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from .grading import grade
 from .launch import run
+from .prediction import remember_glue_in_kernel
 from .registry import all_labs, get_lab
 from .result import Check, LabResult
+
+remember_glue_in_kernel()  # 라이브 Jupyter의 예측 상자가 어느 셀이 glue한 값이든 보여 주도록
 
 __all__ = [
     "Check", "LabCheckFailed", "LabConfigError", "LabError", "LabResult", "LabTimeoutError",

@@ -161,13 +161,13 @@ def markdown_of(path: Path) -> list[str]:
 
 
 def sections(cells: list[str]) -> list[tuple[str | None, str]]:
-    """Each markdown cell cut at its ``##`` headings, with the label of the section every piece belongs to."""
+    """The markdown cells cut at their ``##`` headings (a section's cells joined: a box's own cell is part of its
+    section's text), with the label of the section every piece belongs to."""
     pieces: list[tuple[str | None, str]] = []
-    label = None
+    label, pending = None, None
+    current: list[str] = []
     for cell in cells:
-        current: list[str] = []
-        pending = None
-        for text in cell.splitlines():
+        for text in [*cell.splitlines(), ""]:
             if text.startswith("## "):
                 if current:
                     pieces.append((label, "\n".join(current)))
@@ -175,8 +175,8 @@ def sections(cells: list[str]) -> list[tuple[str | None, str]]:
             found = _LABEL.match(text.strip())
             pending = found.group(1) if found else (pending if not text.strip() else None)
             current.append(text)
-        if current:
-            pieces.append((label, "\n".join(current)))
+    if current:
+        pieces.append((label, "\n".join(current)))
     return pieces
 
 

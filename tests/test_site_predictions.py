@@ -24,12 +24,12 @@ from minibook import REPO, build, make_book  # noqa: E402
 from page_visit import watched_page  # noqa: E402
 from site_server import poll  # noqa: E402
 
+from labs.prediction import Prediction, parse  # noqa: E402
+
 BOOK = REPO / "book"
 # Chapters whose boxes are all predictions now (6 still has collapsed admonitions).
 CONVERTED = ("01_structure", "02_forward", "03_backward", "04_allreduce", "05_update", "07_internals", "08_cost",
              "09_miniddp", "10_traps", "11_myths")
-_BLOCK = re.compile(r"^```\{prediction\}[ \t]+(\S+)\n(.*?)^```[ \t]*$", re.M | re.S)
-_OPTION = re.compile(r"^:(\w+):[ \t]*(.*)$")
 _GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::[^`]*)?`")
 _GLUE_CALL = re.compile(r"""\bglue\(\s*["']([^"']+)["']""")
 
@@ -42,25 +42,9 @@ def _source(cell: dict) -> str:
     return "".join(cell["source"])
 
 
-def parse_predictions(text: str) -> list[dict]:
-    """Every ``{prediction}`` block of a markdown text: id, options, body."""
-    found = []
-    for m in _BLOCK.finditer(text):
-        options: dict[str, str] = {}
-        body: list[str] = []
-        for line in m.group(2).splitlines():
-            opt = _OPTION.match(line)
-            if opt and not body:
-                options[opt.group(1)] = opt.group(2).strip()
-            else:
-                body.append(line)
-        found.append({"id": m.group(1), "options": options, "body": "\n".join(body).strip()})
-    return found
-
-
-def chapter_predictions() -> dict[str, list[dict]]:
+def chapter_predictions() -> dict[str, list[Prediction]]:
     chapters = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
-    return {stem: [p for c in _cells(stem) if c["cell_type"] == "markdown" for p in parse_predictions(_source(c))]
+    return {stem: [p for c in _cells(stem) if c["cell_type"] == "markdown" for p in parse(_source(c))]
             for stem in chapters}
 
 
@@ -69,9 +53,9 @@ PREDICTIONS = chapter_predictions()
 
 def test_parser_reads_a_block():
     text = "앞\n\n```{prediction} ch9-x\n:question: 몇 번?\n:choices: 1번 | 2번\n:answer: 2\n본문 :answer: 아님\n```\n뒤"
-    [p] = parse_predictions(text)
-    assert p["id"] == "ch9-x" and p["options"] == {"question": "몇 번?", "choices": "1번 | 2번", "answer": "2"}
-    assert p["body"] == "본문 :answer: 아님"
+    [p] = parse(text)
+    assert p.pid == "ch9-x" and p.options == {"question": "몇 번?", "choices": "1번 | 2번", "answer": "2"}
+    assert p.body == "본문 :answer: 아님" and p.choices == ["1번", "2번"] and p.answer == 2
 
 
 @pytest.mark.parametrize("stem", CONVERTED)
@@ -87,8 +71,8 @@ def test_every_prediction_is_well_formed(stem):
     number = int(stem[:2])
     glued = {key for c in _cells(stem) if c["cell_type"] == "code" for key in _GLUE_CALL.findall(_source(c))}
     for p in PREDICTIONS[stem]:
-        opts, where = p["options"], f"{stem}의 예측 {p['id']}"
-        assert p["id"].startswith(f"ch{number}-"), f"{where}: id는 ch{number}-로 시작해야 합니다."
+        opts, where = p.options, f"{stem}의 예측 {p.pid}"
+        assert p.pid.startswith(f"ch{number}-"), f"{where}: id는 ch{number}-로 시작해야 합니다."
         question = opts.get("question", "")
         assert question and "답" not in question, f"{where}: 보이는 질문이 있어야 하고, 질문에 답을 쓰지 않습니다: {question!r}"
         if "number" in opts:
@@ -103,9 +87,9 @@ def test_every_prediction_is_well_formed(stem):
             assert "{glue:text}" in opts.get("measured", ""), (
                 f"{where}: 실제로 잰 값(:measured:)이 실행에서 glue한 값이어야 합니다.")
             keys = set()
-        keys |= set(_GLUE_ROLE.findall(opts.get("measured", "") + p["body"]))
+        keys |= set(_GLUE_ROLE.findall(opts.get("measured", "") + p.body))
         assert keys <= glued, f"{where}: 이 장의 코드 셀이 glue하지 않은 키: {sorted(keys - glued)}"
-        assert p["body"], f"{where}: 답의 설명(본문)이 없습니다."
+        assert p.body, f"{where}: 답의 설명(본문)이 없습니다."
 
 
 @pytest.mark.parametrize("stem", CONVERTED)
@@ -126,28 +110,28 @@ def test_prediction_text_uses_the_book_terms():
     found = []
     for stem, ps in PREDICTIONS.items():
         for p in ps:
-            text = prose(" ".join([*p["options"].values(), p["body"]]))
-            found += [f"{p['id']}: '{m.group(0)}' → {term}" for pattern, term in FORBIDDEN_TERMS.items()
+            text = prose(" ".join([*p.options.values(), p.body]))
+            found += [f"{p.pid}: '{m.group(0)}' → {term}" for pattern, term in FORBIDDEN_TERMS.items()
                       for m in re.finditer(pattern, text)]
     assert not found, "예측 상자에 이 책이 쓰지 않는 용어가 있습니다:\n" + "\n".join(found)
 
 
 def test_prediction_ids_are_unique_book_wide():
-    ids = [p["id"] for ps in PREDICTIONS.values() for p in ps]
+    ids = [p.pid for ps in PREDICTIONS.values() for p in ps]
     assert len(ids) == len(set(ids)), f"겹치는 예측 id: {sorted({i for i in ids if ids.count(i) > 1})}"
 
 
 @pytest.mark.parametrize("stem", CONVERTED)
 def test_correct_positions_vary_within_a_chapter(stem):
-    answers = [int(p["options"]["answer"]) for p in PREDICTIONS[stem] if "answer" in p["options"]]
+    answers = [int(p.options["answer"]) for p in PREDICTIONS[stem] if "answer" in p.options]
     if len(answers) >= 2:
         assert len(set(answers)) >= 2, f"{stem}: 모든 예측의 정답이 {answers[0]}번 자리입니다. 자리를 섞으세요."
 
 
 def test_correct_choice_is_rarely_the_longest_or_the_shortest():
     """A reader who always picks the longest (or shortest) choice must not score: at most a third each (ties count)."""
-    boxes = [(p["id"], [c.strip() for c in p["options"]["choices"].split("|")], int(p["options"]["answer"]) - 1)
-             for ps in PREDICTIONS.values() for p in ps if "choices" in p["options"]]
+    boxes = [(p.pid, [c.strip() for c in p.options["choices"].split("|")], int(p.options["answer"]) - 1)
+             for ps in PREDICTIONS.values() for p in ps if "choices" in p.options]
     longest = [pid for pid, ch, a in boxes if len(ch[a]) == max(map(len, ch))]
     shortest = [pid for pid, ch, a in boxes if len(ch[a]) == min(map(len, ch))]
     assert len(longest) * 3 <= len(boxes), f"정답이 가장 긴 보기인 예측이 {len(longest)}/{len(boxes)}개입니다: {longest}"
@@ -409,7 +393,7 @@ KEY_VISIBLE_JS = """() => [...document.querySelectorAll('.chapter-key p')].filte
 def test_a_waiting_key_box_names_a_box_of_its_own_chapter():
     assert KEY_WAITS, "핵심 예측을 기다리는 '이 장의 핵심' 상자가 하나도 없습니다"
     for stem, pid in KEY_WAITS.items():
-        assert pid in {p["id"] for p in PREDICTIONS[stem]}, f"{stem}: 상자가 기다리는 예측 {pid}가 이 장에 없습니다"
+        assert pid in {p.pid for p in PREDICTIONS[stem]}, f"{stem}: 상자가 기다리는 예측 {pid}가 이 장에 없습니다"
 
 
 @pytest.mark.timeout(300)

@@ -34,9 +34,9 @@ A chapter's "이 장의 핵심" box that states what a core prediction asks carr
 their place a link to the box and "예측 없이 보기", until the reader commits to that prediction. The build
 warns (and ``-W`` fails) when no box of the page has that id.
 
-In live Jupyter (the classic notebook renders markdown, not MyST directives) the reader sees the
-fenced block as code, in reading order: the id, the question, the choices, the answer's number, the
-measured line and the explanation last.
+In live Jupyter (which renders markdown, not MyST directives) the block's cell is folded and the ``ask`` cell
+under it shows the same box as widgets, holding the measuring cells' outputs until the reader chooses
+(labs/widgets/prediction.py; the layout is scripts/notebook_predictions.py's). The site removes that cell.
 """
 
 from __future__ import annotations

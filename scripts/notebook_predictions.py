@@ -1,0 +1,103 @@
+"""Every "예측해 보기" box of the book as live Jupyter needs it: its own folded markdown cell, and the box under it.
+
+A ``{prediction}`` block holds its answer and explanation, which a markdown cell in Jupyter would show at once. So
+each block sits alone in a markdown cell whose source Jupyter folds (``"jupyter": {"source_hidden": true}``, the
+nbformat field JupyterLab, Notebook 7 and VS Code read), and right after it comes the code cell
+``ask("<id>")`` (labs/widgets/prediction.py) that shows the question with buttons and the answer after a choice. The
+site renders the block itself and removes that cell (tag ``remove-cell``).
+
+    .venv/bin/python scripts/notebook_predictions.py           # split the cells and insert the ask cells in book/*.ipynb
+    .venv/bin/python scripts/notebook_predictions.py --check   # exit 1 if a notebook is not laid out so
+
+Run it after writing a box. The text around a block keeps its order and its cell's id; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from labs.prediction import BLOCK, BOOK, source  # noqa: E402
+
+FOLDED = {"jupyter": {"source_hidden": True}}
+ASK_TAGS = ["remove-cell"]
+
+
+def _markdown(cell_id: str, text: str, metadata: dict) -> dict:
+    return {"cell_type": "markdown", "id": cell_id, "metadata": metadata, "source": text.splitlines(keepends=True)}
+
+
+def ask_cell(pid: str) -> dict:
+    text = f'from labs.widgets.prediction import ask\n\nask("{pid}")'
+    return {"cell_type": "code", "execution_count": None, "id": f"{pid}-ask", "metadata": {"tags": ASK_TAGS},
+            "outputs": [], "source": text.splitlines(keepends=True)}
+
+
+def _is_ask_cell(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and str(cell.get("id", "")).endswith("-ask") and \
+        "labs.widgets.prediction" in source(cell)
+
+
+def laid_out(cells: list[dict]) -> list[dict]:
+    """The cells with every block alone in a folded cell, followed by its ask cell."""
+    out: list[dict] = []
+    for cell in cells:
+        if _is_ask_cell(cell):
+            continue
+        text = source(cell)
+        blocks = list(BLOCK.finditer(text)) if cell["cell_type"] == "markdown" else []
+        if not blocks:
+            out.append(cell)
+            continue
+        start, first = 0, True
+        for m in blocks:
+            before = text[start:m.start()].strip("\n")
+            if before.strip():
+                out.append(_markdown(cell["id"] if first else f"{m.group(1)}-before", before, cell["metadata"]))
+                first = False
+            out.append(_markdown(m.group(1), m.group(0).strip("\n"), FOLDED))
+            out.append(ask_cell(m.group(1)))
+            start = m.end()
+        after = text[start:].strip("\n")
+        if after.strip():
+            out.append(_markdown(cell["id"] if first else f"{blocks[-1].group(1)}-after", after, cell["metadata"]))
+    return out
+
+
+def problems(path: Path) -> list[str]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    if laid_out(cells) != cells:
+        return [f"{path.name}: 예측 상자가 자기 셀(접힘)에 혼자 있고 바로 뒤에 ask 셀이 와야 합니다 "
+                "(scripts/notebook_predictions.py로 고치세요)"]
+    return []
+
+
+def apply(path: Path) -> bool:
+    """Lay the notebook out so; True when the file changed."""
+    text = path.read_text(encoding="utf-8")
+    notebook = json.loads(text)
+    notebook["cells"] = laid_out(notebook["cells"])
+    new = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="book/*.ipynb의 예측 상자를 라이브 Jupyter에 맞게 셀로 나누거나 검사합니다.")
+    parser.add_argument("--check", action="store_true", help="고치지 않고 검사만 (문제가 있으면 종료 코드 1)")
+    args = parser.parse_args()
+    notebooks = sorted(BOOK.glob("*.ipynb"))
+    if args.check:
+        found = [problem for path in notebooks for problem in problems(path)]
+        print("\n".join(found) or "모든 예측 상자가 자기 셀에 있고 ask 셀이 뒤따릅니다.")
+        sys.exit(1 if found else 0)
+    changed = [path.name for path in notebooks if apply(path)]
+    print(f"고친 노트북 {len(changed)}개: {', '.join(changed) or '없음'}")
+
+
+if __name__ == "__main__":
+    main()
