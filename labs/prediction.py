@@ -19,6 +19,11 @@ BOOK = Path(__file__).resolve().parent.parent / "book"
 BLOCK = re.compile(r"^```\{prediction\}[ \t]+(\S+)\n(.*?)^```[ \t]*$", re.M | re.S)
 _OPTION = re.compile(r"^:(\w+):[ \t]*(.*)$")
 _SECTION = re.compile(r"^#{1,2} ", re.M)
+# In the notebook a box is folded so Jupyter does not show its answer (scripts/notebook_predictions.py); the site
+# drops the fold (book/_ext/prediction.py).
+FOLD_OPEN = ('<details class="prediction-source"><summary>예측 상자의 원본(정답이 들어 있습니다). '
+             '아래 셀을 실행해 먼저 고르세요.</summary>')
+FOLD_CLOSE = "</details>"
 GLUE_PREFIX = "application/papermill.record/"  # myst_nb.glue(..., display=False) writes its value under this prefix
 GLUED: dict[str, str] = {}  # in a Jupyter kernel: the text of every value a cell glued so far, by key
 _NOT_MEASURING = ("labs.quiz", "labs.widgets.prediction")  # a quiz (the site never folds one), a box's own cell

@@ -1,10 +1,11 @@
-"""Every "예측해 보기" box of the book as live Jupyter needs it: its own folded markdown cell, and the box under it.
+"""Every "예측해 보기" box of the book as live Jupyter needs it: its own markdown cell, folded, and the box under it.
 
-A ``{prediction}`` block holds its answer and explanation, which a markdown cell in Jupyter would show at once. So
-each block sits alone in a markdown cell whose source Jupyter folds (``"jupyter": {"source_hidden": true}``, the
-nbformat field JupyterLab, Notebook 7 and VS Code read), and right after it comes the code cell
-``ask("<id>")`` (labs/widgets/prediction.py) that shows the question with buttons and the answer after a choice. The
-site renders the block itself and removes that cell (tag ``remove-cell``).
+A ``{prediction}`` block holds its answer and explanation, which Jupyter would show at once (it renders the
+block as code). So each block sits alone in a markdown cell inside ``<details class="prediction-source">`` (a
+closed fold whose summary says to choose first; running the cell does not open it, and the site drops the fold:
+book/_ext/prediction.py), and right after it comes the code cell ``ask("<id>")`` (labs/widgets/prediction.py)
+that shows the question with buttons and the answer after a choice. The site removes that cell (tag
+``remove-cell``).
 
     .venv/bin/python scripts/notebook_predictions.py           # split the cells and insert the ask cells in book/*.ipynb
     .venv/bin/python scripts/notebook_predictions.py --check   # exit 1 if a notebook is not laid out so
@@ -20,9 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from labs.prediction import BLOCK, BOOK, source  # noqa: E402
+from labs.prediction import BLOCK, BOOK, FOLD_CLOSE, FOLD_OPEN, source  # noqa: E402
 
-FOLDED = {"jupyter": {"source_hidden": True}}
 ASK_TAGS = ["remove-cell"]
 
 
@@ -48,6 +48,8 @@ def laid_out(cells: list[dict]) -> list[dict]:
         if _is_ask_cell(cell):
             continue
         text = source(cell)
+        if FOLD_OPEN in text:  # a box cell this script wrote: the fold is written again below
+            text = text.replace(FOLD_OPEN, "").replace(FOLD_CLOSE, "")
         blocks = list(BLOCK.finditer(text)) if cell["cell_type"] == "markdown" else []
         if not blocks:
             out.append(cell)
@@ -58,7 +60,7 @@ def laid_out(cells: list[dict]) -> list[dict]:
             if before.strip():
                 out.append(_markdown(cell["id"] if first else f"{m.group(1)}-before", before, cell["metadata"]))
                 first = False
-            out.append(_markdown(m.group(1), m.group(0).strip("\n"), FOLDED))
+            out.append(_markdown(m.group(1), f"{FOLD_OPEN}\n\n{m.group(0)}\n\n{FOLD_CLOSE}", {}))
             out.append(ask_cell(m.group(1)))
             start = m.end()
         after = text[start:].strip("\n")
@@ -70,7 +72,7 @@ def laid_out(cells: list[dict]) -> list[dict]:
 def problems(path: Path) -> list[str]:
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     if laid_out(cells) != cells:
-        return [f"{path.name}: 예측 상자가 자기 셀(접힘)에 혼자 있고 바로 뒤에 ask 셀이 와야 합니다 "
+        return [f"{path.name}: 예측 상자는 자기 셀에 접힌 채(<details>) 혼자 있고 바로 뒤에 ask 셀이 와야 합니다 "
                 "(scripts/notebook_predictions.py로 고치세요)"]
     return []
 

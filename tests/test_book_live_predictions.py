@@ -1,7 +1,8 @@
 """The "예측해 보기" boxes in live Jupyter (labs/widgets/prediction.py, scripts/notebook_predictions.py).
 
-- Sources: every box of every chapter sits alone in a folded markdown cell (``jupyter.source_hidden``) with its
-  ``ask`` cell right after it; the layout check catches a box that shares its cell or lost its ask cell.
+- Sources: every box of every chapter sits alone in a markdown cell, inside a closed ``<details>`` (Jupyter shows
+  the block as code, answer included; running the cell keeps it closed), with its ``ask`` cell right after it;
+  the layout check catches a box that shares its cell or lost its ask cell.
 - The box's widgets, in this process: a choice shows "내 예측 / 정답" and the explanation with the glued values; a
   number box waits for the value a measuring cell glues; held outputs open on a choice or "예측 없이 보기".
 - A real kernel, driven as JupyterLab drives it (``allow_stdin``): the measuring cell's printed line, its last
@@ -21,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import notebook_predictions as layout  # noqa: E402
 
-from labs.prediction import BOOK, GLUED, Prediction, measuring_cells, notebook_boxes, parse  # noqa: E402
+from labs.prediction import BOOK, FOLD_CLOSE, FOLD_OPEN, GLUED, Prediction, measuring_cells, notebook_boxes, parse  # noqa: E402
 from labs.widgets import prediction as live  # noqa: E402
 
 REPO = BOOK.parent
@@ -53,7 +54,8 @@ def test_every_box_of_the_book_sits_folded_with_its_ask_cell():
         for i, cell in enumerate(cells):
             found = parse(layout.source(cell)) if cell["cell_type"] == "markdown" else []
             if found:
-                assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, f"{path.name} {found[0].pid}"
+                text = layout.source(cell)
+                assert text.startswith(FOLD_OPEN) and text.endswith(FOLD_CLOSE), f"{path.name} {found[0].pid}: 접히지 않음"
                 assert f'ask("{found[0].pid}")' in layout.source(cells[i + 1])
                 assert "remove-cell" in cells[i + 1]["metadata"]["tags"], "사이트에는 ask 셀이 보이지 않아야 합니다"
 
@@ -67,7 +69,8 @@ def test_the_layout_check_catches_a_shared_cell_and_a_lost_ask_cell(tmp_path):
     assert layout.problems(path), "상자가 글과 한 셀에 있는데 검사가 통과했습니다"
     assert layout.apply(path) and layout.problems(path) == []
     fixed = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    assert [layout.source(c) for c in fixed[1:5]] == ["앞 글", BOX, layout.source(layout.ask_cell("ch9-probe")), "뒤 글"]
+    assert [layout.source(c) for c in fixed[1:5]] == ["앞 글", f"{FOLD_OPEN}\n\n{BOX}\n\n{FOLD_CLOSE}",
+                                                      layout.source(layout.ask_cell("ch9-probe")), "뒤 글"]
     path.write_text(json.dumps({**shared, "cells": [c for c in fixed if not c["id"].endswith("-ask")]}), encoding="utf-8")
     assert layout.problems(path), "ask 셀이 없는데 검사가 통과했습니다"
 

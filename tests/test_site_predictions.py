@@ -24,7 +24,7 @@ from minibook import REPO, build, make_book  # noqa: E402
 from page_visit import watched_page  # noqa: E402
 from site_server import poll  # noqa: E402
 
-from labs.prediction import Prediction, parse  # noqa: E402
+from labs.prediction import FOLD_CLOSE, FOLD_OPEN, Prediction, parse  # noqa: E402
 
 BOOK = REPO / "book"
 # Chapters whose boxes are all predictions now (6 still has collapsed admonitions).
@@ -152,13 +152,17 @@ def _notebook(markdown: str, code: str) -> str:
 
 
 GLUE = "from myst_nb import glue\nglue('ch1-calls', 4, display=False)\nglue('ch1-gap', 0.000123, display=False)"
-BOXES = """```{prediction} ch1-calls-choice
+BOXES = FOLD_OPEN + """
+
+```{prediction} ch1-calls-choice
 :question: 랭크 $N$개가 `all_reduce`를 몇 번 부를까요?
 :choices: 한 번 | 두 번 | $N$번
 :answer: 3
 :measured: 이번 실행에서 {glue:text}`ch1-calls`번
 비밀 본문: 차이는 {glue:text}`ch1-gap:.1e`입니다.
 ```
+
+""" + FOLD_CLOSE + """
 
 ```{prediction} ch1-calls-number
 :question: 몇 번일까요?
@@ -183,6 +187,7 @@ def test_rendered_box_shows_question_and_hides_answer(mini_site):
 
     soup = BeautifulSoup((mini_site / "book" / "01_structure.html").read_text(encoding="utf-8"), "html.parser")
     box = soup.select_one('.ddp-prediction[data-pid="ch1-calls-choice"]')
+    assert box.find_parent("details") is None and not soup.select(".prediction-source"), "노트북의 접기가 사이트에 남았습니다"
     question = box.select_one(".ddp-prediction-question")
     assert "몇 번 부를까요" in question.get_text() and question.find_parent(attrs={"hidden": True}) is None
     buttons = box.select("button.ddp-prediction-choice")

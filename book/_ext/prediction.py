@@ -34,9 +34,10 @@ A chapter's "이 장의 핵심" box that states what a core prediction asks carr
 their place a link to the box and "예측 없이 보기", until the reader commits to that prediction. The build
 warns (and ``-W`` fails) when no box of the page has that id.
 
-In live Jupyter (which renders markdown, not MyST directives) the block's cell is folded and the ``ask`` cell
-under it shows the same box as widgets, holding the measuring cells' outputs until the reader chooses
-(labs/widgets/prediction.py; the layout is scripts/notebook_predictions.py's). The site removes that cell.
+In live Jupyter (which renders markdown, not MyST directives) the block sits in a closed ``<details>`` fold and
+the ``ask`` cell under it shows the same box as widgets, holding the measuring cells' outputs until the reader
+chooses (labs/widgets/prediction.py; the layout is scripts/notebook_predictions.py's). The site drops the fold
+(:func:`_drop_notebook_folds`) and removes that cell.
 """
 
 from __future__ import annotations
@@ -421,6 +422,16 @@ def _check_awaits(app: Sphinx, doctree) -> None:
                                f"상자를 기다리게 하려면 같은 장의 예측 id를 쓰세요.", location=node)
 
 
+def _drop_notebook_folds(app: Sphinx, doctree) -> None:
+    """The ``<details>`` a notebook keeps a box in (``labs.prediction.FOLD_OPEN`` … ``FOLD_CLOSE``) is for Jupyter."""
+    from labs.prediction import FOLD_CLOSE, FOLD_OPEN
+
+    for node in list(doctree.findall(nodes.raw)):
+        before = node.parent[node.parent.index(node) - 1] if node.parent.index(node) else None
+        if node.astext().strip() == FOLD_OPEN or (node.astext().strip() == FOLD_CLOSE and isinstance(before, prediction)):
+            node.parent.remove(node)
+
+
 def _purge(app: Sphinx, env, docname: str) -> None:
     chapter_predictions(env).pop(docname, None)
 
@@ -439,6 +450,7 @@ def setup(app: Sphinx) -> dict:
                                 (prediction_answer, (_visit_answer, _depart_answer))):
         app.add_node(node, html=html_visitors, latex=other, text=other, man=other, texinfo=other)
     app.add_directive("prediction", PredictionDirective)
+    app.connect("doctree-read", _drop_notebook_folds, priority=400)  # before the core path counts the page
     app.connect("doctree-read", _check_awaits)
     app.connect("doctree-resolved", _add_script)
     app.connect("env-check-consistency", _check_unique)

@@ -1,12 +1,12 @@
 """The "예측해 보기" box in live Jupyter: choice buttons first, the answer and the measured data after the choice.
 
-The site renders a ``{prediction}`` block with book/_ext/prediction.py. In a notebook opened in JupyterLab, Notebook 7
-or VS Code the block's markdown cell is folded (``jupyter.source_hidden``, scripts/notebook_predictions.py) and the
-code cell under it, ``ask("<id>")``, shows the same box as widgets: the question and one button per choice (or a
-number box). Until the reader chooses (or presses "예측 없이 보기"), the outputs of the cells that measure the answer
-(:func:`labs.prediction.measuring_cells`) are kept in the cell but folded, under one line saying why; after the
-choice the box shows "내 예측 / 정답", the measured line and the explanation, and every held output opens. Values
-the explanation names (``{glue:text}`` roles) come from the cells run in this kernel, filled in as they run.
+The site renders a ``{prediction}`` block with book/_ext/prediction.py. In a notebook opened in Jupyter the block
+sits in a closed ``<details>`` (scripts/notebook_predictions.py) and the code cell under it, ``ask("<id>")``, shows
+the same box as widgets: the question and one button per choice (or a number box). Until the reader chooses (or
+presses "예측 없이 보기"), the outputs of the cells that measure the answer (:func:`labs.prediction.measuring_cells`) are
+kept in the cell but folded, under one line saying why; after the choice the box shows "내 예측 / 정답", the measured
+line and the explanation, and every held output opens. Values the explanation names (``{glue:text}`` roles) come
+from the cells run in this kernel, filled in as they run.
 
 Only a person's frontend gets this: its execute requests allow standard input (``allow_stdin``). A kernel driven by
 a program (the book's build, ``pytest --nbval``, ``jupyter execute``) gets no box and no folding, so what they record
