@@ -107,9 +107,9 @@ def import_file(path: str, watch: StackWatch) -> tuple[ModuleType | None, dict[s
 
 
 @contextmanager
-def reader_warnings(path: str) -> Iterator[list[Record]]:
+def reader_warnings(path: str) -> Iterator[dict[tuple[str, str, int], Record]]:
     """No warning raised inside the block is printed; those raised while the reader's file is on the stack (torch's
-    FutureWarning for a deprecated call, say) are kept once each with the reader's line, in the list the block fills."""
+    FutureWarning for a deprecated call, say) are kept once each with the reader's line, in the dict the block fills."""
     mine = Path(path).resolve()
     kept: dict[tuple[str, str, int], Record] = {}
 
@@ -121,14 +121,10 @@ def reader_warnings(path: str) -> Iterator[list[Record]]:
             kept.setdefault((category.__name__, str(message), at), {"category": category.__name__, "message": str(message),
                                                                     "where": [mine.name, at, (frames[-1].line or "").strip()]})
 
-    found: list[Record] = []
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = keep
-        try:
-            yield found
-        finally:
-            found += kept.values()
+        yield kept
 
 
 @contextmanager
@@ -199,4 +195,4 @@ def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: Pr
         imported = torch.tensor([int(module is not None)], device=ctx.device)
         dist.all_reduce(imported, op=dist.ReduceOp.MIN)  # 모든 랭크가 불러왔을 때만: 한 랭크만 채점하며 남을 기다리지 않게
         graded = [grade_class(ctx, module, path, name, cfg) for name in classes] if imported.item() and module is not None else []
-    return {"import_error": error, "classes": graded, "warnings": found}
+    return {"import_error": error, "classes": graded, "warnings": list(found.values())}
