@@ -201,7 +201,7 @@ def launch_order(r: ClassRecords) -> Check:
         return not_applicable("launch_order", SINGLE_CALL)
     train = r.of("train")
     ready = [sum(x < min(it["launches"], default=math.inf) for x in it["ready"]) for rank in train for it in rank["iterations"]]
-    return check_at_most("launch_order", max(ready) if ready else None, len(train[0]["numels"]) - 1,
+    return check_at_most("launch_order", max(ready), len(train[0]["numels"]) - 1,
                          "첫 All-Reduce가 모든 그래디언트가 준비되기 전에 시작된다(그때까지 준비된 그래디언트 수의 "
                          "최댓값): 역전파와 통신이 겹친다")
 

@@ -175,9 +175,9 @@ def node_shape(node: ast.ClassDef) -> Shape:
                  None if init is None else Signature.of_node(init.args))
 
 
-def kind_of(name: str, cls: object = None) -> str:
-    """The interface a class is graded against: ``zero``, ``fsdp`` or ``ddp``; by its name, else (inside a
-    rank, given the class) by what it is."""
+def kind_of(name: str, cls: object) -> str:
+    """Inside a rank, the interface a class is graded against: ``zero``, ``fsdp`` or ``ddp``; by its name, else by
+    what ``cls`` is (None when the file has no such name)."""
     return kind_from([name], isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer),
                      callable(getattr(cls, "gather_full_params", None)))
 
