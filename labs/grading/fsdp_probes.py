@@ -14,7 +14,7 @@ told from any other error.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import cast
 
@@ -46,13 +46,16 @@ def phase(name: str) -> Iterator[None]:
         raise
 
 
-def iteration(wrapped: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+def iteration(wrapped: nn.Module, x: torch.Tensor, y: torch.Tensor, after_forward: Callable[[torch.Tensor], int] = lambda loss: 0) -> int:
+    """One iteration, each phase tagged; returns what ``after_forward`` measured of the loss (its graph alive)."""
     with phase("forward"):
         loss = nn.functional.mse_loss(wrapped(x), y)
+    measured = after_forward(loss)
     with phase("backward"):
         loss.backward()
     with phase("finish"):
         finish(wrapped)
+    return measured
 
 
 def gathered(wrapped: nn.Module) -> dict[str, torch.Tensor]:
@@ -122,14 +125,7 @@ def probe_memory(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.P
     single_loss = nn.functional.mse_loss(single(x), y)  # 감싸지 않은 같은 모델, 같은 배치: 활성값만 살아 있다
     baseline = held_bytes([single, single_loss.grad_fn], _own(single))
     wrapped = cls(copy.deepcopy(init))
-    with phase("forward"):
-        loss = nn.functional.mse_loss(wrapped(x), y)
-    after_forward = held_bytes([wrapped, loss.grad_fn], _own(wrapped))
-    with phase("backward"):
-        loss.backward()
-    with phase("finish"):
-        finish(wrapped)
-    del loss
+    after_forward = iteration(wrapped, x, y, lambda loss: held_bytes([wrapped, loss.grad_fn], _own(wrapped)))
     return {"param_bytes": storage_bytes(wrapped.parameters()),
             "weight_bytes": [w.numel() * w.element_size() for w in weights],
             "other_bytes": sum(p.numel() * p.element_size() for p in init.parameters() if id(p) not in shards),

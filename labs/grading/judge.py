@@ -10,8 +10,7 @@ from collections.abc import Callable
 
 from ..ddp.buckets import MIB, group_before_cap, group_by_size
 from ..result import Check, check_at_most, check_close, check_equal, check_true, not_applicable
-from .config import OPTIMIZER_ARGS
-from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, most_common, names, scale_cause
+from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, most_common, names, scale_cause, worst_diffs
 
 GRAD_RTOL = 1e-4   # 그래디언트 비교: 기준 그래디언트의 가장 큰 성분에 대한 상대 오차
 PROBE_NAMES = {"broadcast": "버퍼가 있는 모델을 감쌀 때", "train": "학습 반복에서", "frozen": "얼린 파라미터가 있는 모델에서",
@@ -202,7 +201,7 @@ def launch_order(r: ClassRecords) -> Check:
         return not_applicable("launch_order", SINGLE_CALL)
     train = r.of("train")
     ready = [sum(x < min(it["launches"], default=math.inf) for x in it["ready"]) for rank in train for it in rank["iterations"]]
-    return check_at_most("launch_order", max(ready) if ready else None, len(train[0]["numels"]) - 1,
+    return check_at_most("launch_order", max(ready), len(train[0]["numels"]) - 1,
                          "첫 All-Reduce가 모든 그래디언트가 준비되기 전에 시작된다(그때까지 준비된 그래디언트 수의 "
                          "최댓값): 역전파와 통신이 겹친다")
 
@@ -223,8 +222,8 @@ def tied_reduced_once(r: ClassRecords) -> Check:
 
 
 def matches_oracles(r: ClassRecords) -> Check:
-    diffs = [d for rank in r.of("train") for opt in rank["diffs"].values() for d in opt.values()]
-    return check_at_most("matches_oracles", max(diffs), TOLERANCE,
+    diffs = worst_diffs(r.of("train")).values()
+    return check_at_most("matches_oracles", max(d for opt in diffs for d in opt.values()), TOLERANCE,
                          f"SGD와 AdamW로 {r.params['steps']}스텝 뒤 파라미터가 torch DDP, 그리고 전역 배치로 학습한 "
                          "단일 프로세스와 같다(최대 절대 차이)")
 
@@ -247,8 +246,7 @@ def causes(r: ClassRecords) -> dict[str, Record]:
 def facts(r: ClassRecords) -> Facts:
     train, tied = r.probes["train"], r.probes["tied"]
     return {"grad_cause": first_bad_grads(r) if train else None, "causes": causes(r),
-            "diffs": {opt: {k: max(rank["diffs"][opt][k] for rank in train) for k in ("ddp", "single")}
-                      for opt in OPTIMIZER_ARGS} if train else None,
+            "diffs": worst_diffs(train) if train else None,
             "tied_value_diff": max(rank["value_diff"] for rank in tied) if tied else None}
 
 

@@ -9,7 +9,7 @@ judges: each probe records raw measurements for :mod:`labs.grading.judge`, in th
   fitted against the oracle (the global-batch mean at the same weights), this rank's own gradient, the
   ranks' gradients combined by another reduce op and the previous oracle; how much ``p.grad`` changed after
   that return (every rank but 0 starts late, so a reduction nobody waited on cannot have finished); the
-  async work left unwaited (:class:`WorkWatch`); the process group's work items, and when the reader called
+  async work left unwaited (:func:`unwaited_work`); the process group's work items, and when the reader called
   each All-Reduce next to when each gradient became ready and backward returned.
 - ``frozen`` / ``tied``: elements reduced per iteration with a frozen first layer and with a shared weight.
 """
@@ -24,7 +24,8 @@ import time
 import traceback
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -49,6 +50,8 @@ LIBRARIES = tuple(str(Path(d).resolve()) for d in (sysconfig.get_paths()["stdlib
 # 합(SUM) 대신 다른 op로 All-Reduce했을 때 나오는 값: 랭크들의 그래디언트를 원소마다 이 op로 모은 것
 OTHER_OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "MAX": lambda t: t.amax(0), "MIN": lambda t: t.amin(0), "PRODUCT": lambda t: t.prod(0)}
+# 읽는 사람이 받는 비동기 작업(Work)을 내주는 메서드와, 그 작업을 기다리거나 퓨처로 넘기는 메서드
+ISSUE, SETTLE = ("allreduce", "allreduce_coalesced"), ("wait", "get_future")
 
 
 class Graded(Protocol):
@@ -72,22 +75,14 @@ def construct(cls: type, module: nn.Module, cap: float) -> nn.Module:
     return cls(module, bucket_cap_mb=cap) if takes_cap(cls) else cls(module)
 
 
-def flat(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([t.detach().reshape(-1).double() for t in tensors])
-
-
 def start(ctx: RankContext, cfg: ProbeConfig, batches: int = 1, seed: int = 0) -> tuple[nn.Sequential, torch.Tensor, torch.Tensor]:
-    """What most probes start from: the model (the same on every rank) and ``batches`` global batches of data."""
+    """What every probe starts from: the model (the same on every rank) and ``batches`` global batches of inputs and
+    targets of a fixed nonlinear map."""
     torch.manual_seed(cfg.seed)
-    return (layer_stack(cfg.width, cfg.depth).to(ctx.device),
-            *make_data(cfg.width, batches * ctx.world_size * cfg.per_rank_batch, cfg.seed + seed, ctx.device))
-
-
-def make_data(width: int, rows: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rows`` inputs and targets of a fixed nonlinear map: the data every probe trains on."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, width, generator=gen)
-    return x.to(device), torch.tanh(x @ torch.randn(width, width, generator=gen)).to(device)
+    model = layer_stack(cfg.width, cfg.depth).to(ctx.device)
+    gen = torch.Generator().manual_seed(cfg.seed + seed)
+    x = torch.randn(batches * ctx.world_size * cfg.per_rank_batch, cfg.width, generator=gen)
+    return model, x.to(ctx.device), torch.tanh(x @ torch.randn(cfg.width, cfg.width, generator=gen)).to(ctx.device)
 
 
 def grads_of(model: nn.Module) -> list[torch.Tensor | None]:
@@ -135,48 +130,41 @@ def float_calls(counter: CollectiveCounter) -> Record:
             "bytes": carried_bytes(items)}
 
 
-class WorkWatch:
+@contextmanager
+def unwaited_work() -> Iterator[Record]:
     """The async work objects the process group hands out inside the block (``dist.all_reduce(…, async_op=True)``,
     ``group.allreduce(…)``, the coalesced form) neither waited on nor handed to a future (``get_future()``, judged by the
-    change after finish): :attr:`dropped`, the reader's line that let go of each; :attr:`held`, those kept at the end."""
+    change after finish): ``dropped``, the reader's line that let go of each (``[file name, line, code]`` of the
+    innermost frame outside the libraries and the grader, its trailing comment left out); ``held``, those kept at the end."""
+    found: Record = {"dropped": [], "held": 0}
+    pending: dict[int, weakref.finalize] = {}
 
-    ISSUE, SETTLE = ("allreduce", "allreduce_coalesced"), ("wait", "get_future")
-
-    def __init__(self) -> None:
-        self.open: dict[int, weakref.finalize] = {}
-        self.dropped: list[list[str | int] | None] = []
-        self.held = 0
-        self._saved = [(cls, name, cls.__dict__[name]) for cls, names in
-                       ((dist.ProcessGroup, self.ISSUE), (dist.Work, self.SETTLE)) for name in names]
-
-    def _let_go(self, key: int) -> None:
-        """``[file name, line, code]`` (its trailing comment left out) of the innermost frame outside the
-        libraries and the grader: the reader's line that let go of the work object."""
-        if self.open.pop(key, None) is not None:
+    def let_go(key: int) -> None:
+        if pending.pop(key, None) is not None:
             frames = [f for f in traceback.extract_stack() if not str(Path(f.filename).resolve()).startswith(LIBRARIES)]
-            self.dropped.append([Path(frames[-1].filename).name, frames[-1].lineno or 0,
-                                 re.sub(r"\s{2,}#.*$", "", frames[-1].line or "").strip()] if frames else None)
+            found["dropped"].append([Path(frames[-1].filename).name, frames[-1].lineno or 0,
+                                     re.sub(r"\s{2,}#.*$", "", frames[-1].line or "").strip()] if frames else None)
 
-    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def call(obj: object, *args: Any, **kwargs: Any) -> Any:
-            if name in self.SETTLE and (final := self.open.pop(id(obj), None)) is not None:
+            if name in SETTLE and (final := pending.pop(id(obj), None)) is not None:
                 final.detach()
             out = original(obj, *args, **kwargs)
-            if name in self.ISSUE and out is not None:
-                self.open[id(out)] = weakref.finalize(out, self._let_go, id(out))
+            if name in ISSUE and out is not None:
+                pending[id(out)] = weakref.finalize(out, let_go, id(out))
             return out
         return call
 
-    def __enter__(self) -> WorkWatch:
-        for cls, name, original in self._saved:
-            setattr(cls, name, self._wrap(name, original))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for cls, name, original in self._saved:
+    saved = [(cls, name, cls.__dict__[name]) for cls, names in ((dist.ProcessGroup, ISSUE), (dist.Work, SETTLE)) for name in names]
+    for cls, name, original in saved:
+        setattr(cls, name, wrap(name, original))
+    try:
+        yield found
+    finally:
+        for cls, name, original in saved:
             setattr(cls, name, original)
-        self.held = len(self.open)
-        for final in self.open.values():
+        found["held"] = len(pending)
+        for final in pending.values():
             final.detach()
 
 
@@ -208,9 +196,8 @@ def probe_broadcast(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dis
         dist.broadcast(t, src=0, group=original)
     wrapped = construct(cls, model, cfg.bucket_cap_mb)
     inner = getattr(wrapped, "module", model)
-    return {"max_diff": float((flat(inner.parameters()) - flat(params0)).abs().max()),
-            "buffers": {name: float((flat([b]) - flat([buffers0[name]])).abs().max())
-                        for name, b in inner.named_buffers() if name in buffers0},
+    return {"max_diff": max_abs_diff(list(inner.parameters()), params0),
+            "buffers": {name: max_abs_diff(b, buffers0[name]) for name, b in inner.named_buffers() if name in buffers0},
             # 파라미터에 건 훅의 종류: 텐서 훅(register_hook)은 p.grad에 쌓기 전에, 다른 하나는 쌓은 뒤에 불린다
             "hooks": {"tensor": sum(bool(p._backward_hooks) for p in model.parameters()),
                       "post_accumulate": sum(bool(p._post_accumulate_grad_hooks) for p in model.parameters())}}
@@ -227,7 +214,7 @@ def _measured_step(ctx: RankContext, wrapped: nn.Module, model: nn.Module, oracl
     if ctx.rank > 0:
         time.sleep(STAGGER_S)
     with CollectiveCounter() as counter:
-        with WorkWatch() as works:
+        with unwaited_work() as unwaited:
             mse_backward(wrapped, *rank_batch(*data, ctx.rank, n, per_rank, step))
             mark(BACKWARD_END)
             finish(wrapped)
@@ -239,7 +226,7 @@ def _measured_step(ctx: RankContext, wrapped: nn.Module, model: nn.Module, oracl
     return {"calls": reductions(counter), "changed_after": max(after, default=0.0),
             "launches": [(ns - end) * 1e-9 for op, ns in counter.launches if op.startswith("allreduce")][:-1],
             "ready": [(ns - end) * 1e-9 for name, ns in counter.marks if name == READY],
-            "unwaited": {"dropped": works.dropped, "held": works.held},
+            "unwaited": unwaited,
             "grads": [compare_grad(g, o, [r[i] for r in own], ctx.rank, None if previous is None else previous[i])
                       for i, (g, o) in enumerate(zip(at_return, target))]}, target
 
@@ -281,17 +268,16 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
     return out
 
 
-def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model: nn.Module,
+def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model: nn.Module, data: tuple[torch.Tensor, torch.Tensor],
                             make_optimizer: Callable[[Iterator[nn.Parameter]], torch.optim.Optimizer]) -> list[int]:
-    """All-reduced elements in each of two iterations (the process group's work items)."""
-    x, y = make_data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
+    """All-reduced elements in each of two iterations on ``data`` (the process group's work items)."""
     elements = []
     wrapped = construct(cls, model, cfg.bucket_cap_mb)
     opt = make_optimizer(model.parameters())
     for _ in range(2):
         opt.zero_grad()
         with CollectiveCounter() as counter:
-            mse_backward(wrapped, *rank_batch(x, y, ctx.rank, ctx.world_size, cfg.per_rank_batch))
+            mse_backward(wrapped, *rank_batch(*data, ctx.rank, ctx.world_size, cfg.per_rank_batch))
             finish(wrapped)
             settle(ctx)
         opt.step()
@@ -300,22 +286,22 @@ def _elements_per_iteration(ctx: RankContext, cls: type, cfg: ProbeConfig, model
 
 
 def probe_frozen(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
-    model, _, _ = start(ctx, cfg)
+    model, x, y = start(ctx, cfg)
     frozen = list(model[0].requires_grad_(False).parameters())  # 첫 층을 얼린다
-    before = flat(frozen).clone()
+    before = [p.detach().clone() for p in frozen]
     # 모든 파라미터를 옵티마이저에 넘기는 흔한 학습 루프: .grad가 None인 파라미터는 건너뛰어야 한다
-    elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))
+    elements = _elements_per_iteration(ctx, cls, cfg, model, (x, y), lambda params: torch.optim.AdamW(params, lr=LR, weight_decay=0.1))
     return {"elements": elements, "trainable_elements": sum(p.numel() for p in model.parameters() if p.requires_grad),
-            "frozen_change": float((flat(frozen) - before).abs().max())}
+            "frozen_change": max_abs_diff(frozen, before)}
 
 
 def probe_tied(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
+    _, x, y = start(ctx, cfg)
     torch.manual_seed(cfg.seed)  # 두 층이 가중치 하나를 나눠 쓴다: relu(x @ W.T + a) @ W.T + b
     model = nn.Sequential(nn.Linear(cfg.width, cfg.width), nn.ReLU(), nn.Linear(cfg.width, cfg.width)).to(ctx.device)
     model[2].weight = model[0].weight
     single = copy.deepcopy(model)  # 전역 배치로 같은 두 스텝을 밟는 단일 프로세스 (값은 보고만 한다)
-    elements = _elements_per_iteration(ctx, cls, cfg, model, lambda params: torch.optim.SGD(params, lr=LR))
-    x, y = make_data(cfg.width, ctx.world_size * cfg.per_rank_batch, cfg.seed, ctx.device)
+    elements = _elements_per_iteration(ctx, cls, cfg, model, (x, y), lambda params: torch.optim.SGD(params, lr=LR))
     opt = torch.optim.SGD(single.parameters(), lr=LR)
     for _ in range(2):
         opt.zero_grad()

@@ -107,9 +107,9 @@ def import_file(path: str, watch: StackWatch) -> tuple[ModuleType | None, dict[s
 
 
 @contextmanager
-def reader_warnings(path: str) -> Iterator[list[Record]]:
+def reader_warnings(path: str) -> Iterator[dict[tuple[str, str, int], Record]]:
     """No warning raised inside the block is printed; those raised while the reader's file is on the stack (torch's
-    FutureWarning for a deprecated call, say) are kept once each with the reader's line, in the list the block fills."""
+    FutureWarning for a deprecated call, say) are kept once each with the reader's line, in the dict the block fills."""
     mine = Path(path).resolve()
     kept: dict[tuple[str, str, int], Record] = {}
 
@@ -121,14 +121,10 @@ def reader_warnings(path: str) -> Iterator[list[Record]]:
             kept.setdefault((category.__name__, str(message), at), {"category": category.__name__, "message": str(message),
                                                                     "where": [mine.name, at, (frames[-1].line or "").strip()]})
 
-    found: list[Record] = []
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = keep
-        try:
-            yield found
-        finally:
-            found += kept.values()
+        yield kept
 
 
 @contextmanager
@@ -141,8 +137,7 @@ def checked_group(backend: str) -> Iterator[dist.ProcessGroup]:
         group = dist.new_group(backend=backend)
     finally:
         dist.set_debug_level(level)
-    if (original := distributed_c10d._world.default_pg) is None:
-        raise RuntimeError("프로세스 그룹이 없습니다: 채점은 랭크 안에서만 돕니다")
+    original = distributed_c10d._get_default_group()
     distributed_c10d._update_default_pg(group)
     try:
         yield original
@@ -200,4 +195,4 @@ def run(ctx: RankContext, path: str, classes: list[str], trace_dir: str, cfg: Pr
         imported = torch.tensor([int(module is not None)], device=ctx.device)
         dist.all_reduce(imported, op=dist.ReduceOp.MIN)  # 모든 랭크가 불러왔을 때만: 한 랭크만 채점하며 남을 기다리지 않게
         graded = [grade_class(ctx, module, path, name, cfg) for name in classes] if imported.item() and module is not None else []
-    return {"import_error": error, "classes": graded, "warnings": found}
+    return {"import_error": error, "classes": graded, "warnings": list(found.values())}

@@ -10,8 +10,7 @@ from typing import Any
 from ..errors import LabError, LabTimeoutError, RankCrashedError, RankFailedError
 from ..result import LabResult, format_value
 from .hints import CAUSES, HINTS_OF
-from .source import kind_of
-from .summary import checks_of
+from .summary import JUDGES
 
 ORACLES = {"ddp": "DDP", "single": "단일"}  # 파라미터를 견준 기준의 이름
 # 보고서 머리의 인터페이스 이름과, 모두 통과했을 때의 한 줄
@@ -21,19 +20,18 @@ PASSED = {"ddp": "실제 랭크에서 torch DDP와 같은 결과를 냅니다.",
           "fsdp": "실제 랭크에서 가중치를 1/N씩 나눠 가지면서 단일 프로세스와 같은 결과를 냅니다."}
 
 
-def _kind(result: LabResult, name: str) -> str:
-    """The interface class ``name`` was graded against (by its name when the file could not be graded)."""
-    return next((c["kind"] for c in result.data["classes"] if c["name"] == name), kind_of(name))
+def _failed(result: LabResult, name: str) -> list[str]:
+    """The failed checks of class ``name`` in the grader's order (the summary adds them in the order of diagnosis)."""
+    return [key.removeprefix(f"{name}.") for key, c in result.checks.items() if key.startswith(f"{name}.") and not c.ok]
 
 
 def failed_checks(result: LabResult, name: str) -> set[str]:
-    return {c for c in checks_of(_kind(result, name)) if f"{name}.{c}" in result.checks and not result.checks[f"{name}.{c}"].ok}
+    return set(_failed(result, name))
 
 
 def diagnosis(result: LabResult, name: str) -> str | None:
     """The first failing check of class ``name`` in the grader's order: the most likely cause."""
-    failed = failed_checks(result, name)
-    return next((c for c in checks_of(_kind(result, name)) if c in failed), None)
+    return next(iter(_failed(result, name)), None)
 
 
 def cause_text(cls: dict[str, Any], check: str) -> tuple[str, str]:
@@ -60,7 +58,7 @@ def class_report(result: LabResult, cls: dict[str, Any]) -> list[str]:
     name, kind = cls["name"], cls["kind"]
     head = f"채점: 클래스 {name}({TITLES.get(kind) or ('버킷' if cls['bucketed'] else '파라미터별')}) · " \
            f"랭크 N={result.world_size} ({result.backend})"
-    lines, checks, cause = [head, "=" * len(head)], checks_of(kind), diagnosis(result, name)
+    lines, checks, cause = [head, "=" * len(head)], JUDGES[kind].checks, diagnosis(result, name)
     if cause == "runs_without_error":  # 예외가 먼저: 읽는 사람의 파일과 줄이 맨 앞에 온다
         lines.append(f"예외: {result.checks[f'{name}.runs_without_error'].value}")
     for check in checks:

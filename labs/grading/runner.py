@@ -74,26 +74,22 @@ def _explained(err: RankCrashedError | LabTimeoutError, path: str | Path, trace_
         with suppress(ValueError, OSError):  # 랭크가 쓰다 만 파일
             states[int(file.stem[4:])] = json.loads(file.read_text(encoding="utf-8"))
     mine, name = Path(path).resolve(), Path(path).name
+    reader = {r: [f for f in state["frames"] if Path(f[0]).resolve() == mine] for r, state in states.items()}
     ranks = [err.rank] if isinstance(err, RankCrashedError) else err.missing_ranks
     r = next((r for r in ranks if states.get(r, {}).get("phase") == "import"), None)
     if r is not None:
-        frames = [f for f in states[r]["frames"] if Path(f[0]).resolve() == mine]
         if isinstance(err, RankCrashedError):
             lines = exit_calls(path)
             where = f" {', '.join(f'{line}행' for line in lines)}의 프로세스를 끝내는 호출(os._exit 등)을 보세요." if lines else ""
             return GradeInputError(f"{name}을(를) 불러오는(import) 동안 랭크 {r}의 프로세스가 끝났습니다(종료 코드 "
                                    f"{err.exitcode}).{where} 파일 맨 위(함수와 클래스 밖)에서 프로세스를 끝내지 마세요.")
-        where = f" 마지막으로 본 곳: {_place(frames[-1])}." if frames else ""
+        where = f" 마지막으로 본 곳: {_place(reader[r][-1])}." if reader[r] else ""
         return GradeInputError(f"{name}을(를) 불러오는(import) 동안 제한 시간 {err.timeout:g}초가 지났습니다: 파일 맨 위의 "
                                f"코드가 끝나지 않습니다(무한 루프나 입력 기다리기).{where} 그 코드를 함수 안이나 "
                                "if __name__ == \"__main__\": 아래로 옮기세요.")
-    places = {}
     for r, state in states.items():
-        reader = [f for f in state["frames"] if Path(f[0]).resolve() == mine]
         grader = [f for f in state["frames"] if "/labs/" in f[0] and Path(f[0]).resolve() != mine]
-        parts = ([f"여러분의 코드 {_place(reader[-1])}"] if reader else []) + ([f"채점기 {_place(grader[-1])}"] if grader else [])
+        parts = ([f"여러분의 코드 {_place(reader[r][-1])}"] if reader[r] else []) + ([f"채점기 {_place(grader[-1])}"] if grader else [])
         if parts:
-            places[r] = " ← ".join(parts)
-    if isinstance(err, RankCrashedError):
-        return RankCrashedError(err.lab, err.rank, err.exitcode, err.stderr_tail, places)
-    return LabTimeoutError(err.lab, err.timeout, err.missing_ranks, err.where, places)
+            err.places[r] = " ← ".join(parts)  # 오류의 메시지는 places와 상관없다: 같은 오류에 채워 넘긴다
+    return err

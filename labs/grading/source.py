@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,13 +40,8 @@ class GradeInputError(LabConfigError):
 
 def class_names(classes: object) -> list[str]:
     """``classes`` as a list of names without repeats: a str is one or more names split on spaces."""
-    if classes is None:
-        return []
-    items = classes.split() if isinstance(classes, str) else classes
-    try:
-        names = list(items)  # type: ignore[call-overload]  # 목록이 아닌 값은 아래에서 한국어로 거절한다
-    except TypeError:
-        names = None
+    items = [] if classes is None else classes.split() if isinstance(classes, str) else classes
+    names = list(items) if isinstance(items, Iterable) else None  # 목록이 아닌 값은 아래에서 한국어로 거절한다
     if names is None or not all(isinstance(n, str) and n.isidentifier() for n in names):
         raise GradeInputError(f"classes에는 클래스 이름(문자열) 또는 그 목록을 주세요. 예: classes=\"BucketedDDP\" "
                               f"또는 classes=[\"PerParameterDDP\", \"BucketedDDP\"]. 받은 값: {classes!r}")
@@ -180,9 +175,9 @@ def node_shape(node: ast.ClassDef) -> Shape:
                  None if init is None else Signature.of_node(init.args))
 
 
-def kind_of(name: str, cls: object = None) -> str:
-    """The interface a class is graded against: ``zero``, ``fsdp`` or ``ddp``; by its name, else (inside a
-    rank, given the class) by what it is."""
+def kind_of(name: str, cls: object) -> str:
+    """Inside a rank, the interface a class is graded against: ``zero``, ``fsdp`` or ``ddp``; by its name, else by
+    what ``cls`` is (None when the file has no such name)."""
     return kind_from([name], isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer),
                      callable(getattr(cls, "gather_full_params", None)))
 
@@ -198,19 +193,14 @@ def class_error(name: str, cls: object) -> str | None:
 
 
 def validate_params(params: Mapping[str, object], world_size: int) -> None:
-    """The ``grade`` lab's ``validate``: the file and classes, checked once before spawning (Korean errors)."""
+    """The ``grade`` lab's ``validate``: every check of the file and its classes that needs no execution, once before
+    spawning (Korean errors). The lab's ``classes`` is never empty (:func:`labs.grading.runner.lab_params` fills it)."""
     names = str(params["classes"]).split()
     if len(set(names)) != len(names):
         raise LabConfigError(f"classes에 같은 클래스가 두 번 있습니다: {params['classes']!r}. 한 번씩만 적으세요.")
-    validate_file(str(params["path"] or REFERENCE), names)
-
-
-def validate_file(path: str | Path, classes: Sequence[str] | str | None) -> list[str]:
-    """Every check that needs no execution; returns the class names to grade."""
-    file, tree = read_tree(path)
-    names = class_names(classes) or default_classes(file)
+    file, tree = read_tree(str(params["path"] or REFERENCE))
     found = top_level_names(tree)
-    for name in names:
+    for name in class_names(names):
         node = found.get(name)
         if node is None:
             defined = [n for n, v in found.items() if isinstance(v, ast.ClassDef)]
@@ -218,7 +208,6 @@ def validate_file(path: str | Path, classes: Sequence[str] | str | None) -> list
             raise GradeInputError(f"{file.name}에 클래스 {name!r}가 없습니다.{hint} 이 파일의 클래스: {', '.join(defined) or '(없음)'}")
         if isinstance(node, ast.ClassDef) and (problem := shape_error(name, node_shape(node), f"{file.name} {node.lineno}행: ")):
             raise GradeInputError(problem)
-    return names
 
 
 def exit_calls(path: str | Path) -> list[int]:

@@ -16,11 +16,6 @@ from .verdicts import TOLERANCE, Judge, Record, judge_class
 JUDGES: dict[str, Judge] = {"ddp": judge.JUDGE, "zero": zero_judge.JUDGE, "fsdp": fsdp_judge.JUDGE}  # 인터페이스마다
 
 
-def checks_of(kind: str) -> tuple[str, ...]:
-    """The checks of an interface (:func:`labs.grading.source.kind_of`) in the order of diagnosis."""
-    return JUDGES[kind].checks
-
-
 def input_error(ranks: list[Record]) -> str | None:
     """Why the file could not be graded at all (exit 2): its import, or a class's shape."""
     for r in ranks:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from ..result import Check, check_true, not_applicable
 
@@ -35,10 +35,8 @@ class ClassRecords:
     mismatch: str | None = None
 
     def of(self, probe: str) -> list[Record]:
-        """The records of ``probe`` on every rank (a check reads only a probe that ran everywhere)."""
-        if (records := self.probes[probe]) is None:
-            raise KeyError(f"{probe} 검사의 기록이 없습니다")
-        return records
+        """The records of ``probe`` on every rank: a check reads only a probe that ran everywhere (:func:`measured`)."""
+        return cast(list[Record], self.probes[probe])
 
 
 def first_error(r: ClassRecords, probe_names: Mapping[str, str],
@@ -90,6 +88,11 @@ def most_common(causes: list[str]) -> tuple[str, list[int]]:
     """The most common cause among the gradients that are not ``ok`` (there is one), and where those are."""
     bad = [i for i, c in enumerate(causes) if c != "ok"]
     return max((causes[i] for i in bad), key=lambda c: sum(causes[i] == c for i in bad)), bad
+
+
+def worst_diffs(train: list[Record]) -> dict[str, dict[str, float]]:
+    """For each optimizer and oracle (``ddp``, ``single``), the largest parameter difference over the ranks."""
+    return {opt: {k: max(rank["diffs"][opt][k] for rank in train) for k in d} for opt, d in train[0]["diffs"].items()}
 
 
 def names(params: list[str]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..result import Check, check_at_least, check_at_most, check_true
 from .config import OPTIMIZER_LABELS
-from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, names
+from .verdicts import LEADING, TOLERANCE, ClassRecords, Facts, Judge, Record, names, worst_diffs
 
 PROBE_NAMES = {"train": "학습 반복에서", "groups": "add_param_group으로 그룹을 더한 뒤"}
 
@@ -64,13 +64,12 @@ def state_shares(t: list[Record], n: int) -> list[Record]:
 
 
 def state_divided(r: ClassRecords) -> Check:
-    shares = state_shares(r.of("train"), r.n)
-    found = any(max(s["held"]) for s in shares)
+    cause = state_cause(r.of("train"), r.n)
     value = "; ".join(f"{OPTIMIZER_LABELS[s['opt']]} 랭크별 {s['held']}바이트(한 프로세스 {s['single']:,}, 기준 ≤ "
-                      f"{s['bound']:,.0f})" for s in shares)
-    return check_true("state_divided", found and all(max(s["held"]) <= s["bound"] for s in shares),
-                      value + ("" if found else " — 어느 랭크에서도 옵티마이저 상태를 찾지 못함: 상태는 optimizer_cls로 만든 "
-                               "torch 옵티마이저의 state에 있어야 잴 수 있다"),
+                      f"{s['bound']:,.0f})" for s in state_shares(r.of("train"), r.n))
+    return check_true("state_divided", cause is None,
+                      value + (" — 어느 랭크에서도 옵티마이저 상태를 찾지 못함: 상태는 optimizer_cls로 만든 torch 옵티마이저의 "
+                               "state에 있어야 잴 수 있다" if cause == {"key": "not_found"} else ""),
                       "랭크마다 옵티마이저 상태(가진 torch 옵티마이저들의 state, 저장소 바이트)가 한 프로세스의 1/N에 "
                       "가장 큰 텐서 하나의 상태를 더한 것 이하다")
 
@@ -107,12 +106,8 @@ def param_groups_honoured(r: ClassRecords) -> Check:
                       f"param_groups의 lr과 두 그룹의 파라미터가 같다(최대 절대 차이 {TOLERANCE:g} 이하)")
 
 
-def diffs(t: list[Record]) -> dict[str, dict[str, float]]:
-    return {opt: {k: max(rank["runs"][opt]["diffs"][k] for rank in t) for k in ("ddp", "single")} for opt in t[0]["runs"]}
-
-
 def matches_oracles(r: ClassRecords) -> Check:
-    return check_at_most("matches_oracles", max(d for opt in diffs(r.of("train")).values() for d in opt.values()),
+    return check_at_most("matches_oracles", max(d for opt in worst_diffs(r.of("train")).values() for d in opt.values()),
                          TOLERANCE, f"SGD와 AdamW로 {r.params['steps']}스텝 뒤 파라미터가 torch DDP + 같은 옵티마이저, "
                          "그리고 전역 배치로 학습한 단일 프로세스와 같다(최대 절대 차이)")
 
@@ -122,7 +117,7 @@ def facts(r: ClassRecords) -> Facts:
     if not t:
         return {"grad_cause": None, "first_step": None, "diffs": None, "calls": None, "causes": {}}
     first, cause = t[0]["runs"]["sgd"]["steps"][0], state_cause(t, r.n)
-    return {"grad_cause": None, "first_step": bad_first_step(t), "diffs": diffs(t),
+    return {"grad_cause": None, "first_step": bad_first_step(t), "diffs": worst_diffs(t),
             "calls": {"where": "첫 step()", "ops": first["ops"], "bytes": first["bytes"]},
             "causes": {} if cause is None else {"state_divided": cause}}
 

@@ -37,11 +37,11 @@ def state_bytes(optimizer: torch.optim.Optimizer, model: nn.Module) -> int:
 def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.ProcessGroup) -> Record:
     n, per_rank = ctx.world_size, cfg.per_rank_batch
     init, x, y = start(ctx, cfg, cfg.steps)
-    out: Record = {"names": [name for name, _ in init.named_parameters()], "numels": [p.numel() for p in init.parameters()], "runs": {}}
+    out: Record = {"names": [name for name, _ in init.named_parameters()], "numels": [p.numel() for p in init.parameters()],
+                   "runs": {}, "diffs": {}}
     for opt_name, (opt_cls, kwargs) in OPTIMIZER_ARGS.items():
-        model, ref = copy.deepcopy(init), copy.deepcopy(init)
+        model, ref, single = (copy.deepcopy(init) for _ in range(3))
         ddp, ref_ddp = (wrap_ddp(m, ctx.device, process_group=original) for m in (model, ref))
-        single = copy.deepcopy(init).to(ctx.device)
         mine = cls(model.parameters(), opt_cls, **kwargs)
         theirs = [opt_cls(m.parameters(), **kwargs) for m in (ref, single)]
         steps, first = [], None
@@ -66,8 +66,9 @@ def probe_train(ctx: RankContext, cls: type, cfg: ProbeConfig, original: dist.Pr
         out["runs"][opt_name] = {
             "steps": steps, "first_step": first, "state_bytes": state_bytes(mine, model),
             "single_state": [held_bytes([theirs[1].state[p]]) for p in single.parameters()],
-            "grads_left": [name for name, p in model.named_parameters() if p.grad is not None and bool(p.grad.abs().max() > 0)],
-            "diffs": {k: max_abs_diff(list(model.parameters()), list(m.parameters())) for k, m in (("ddp", ref), ("single", single))}}
+            "grads_left": [name for name, p in model.named_parameters() if p.grad is not None and bool(p.grad.abs().max() > 0)]}
+        out["diffs"][opt_name] = {k: max_abs_diff(list(model.parameters()), list(m.parameters()))
+                                  for k, m in (("ddp", ref), ("single", single))}
     return out
 
 
