@@ -19,10 +19,14 @@ BOOK = Path(__file__).resolve().parent.parent / "book"
 BLOCK = re.compile(r"^```\{prediction\}[ \t]+(\S+)\n(.*?)^```[ \t]*$", re.M | re.S)
 _OPTION = re.compile(r"^:(\w+):[ \t]*(.*)$")
 _SECTION = re.compile(r"^#{1,2} ", re.M)
-# In the notebook a box is folded so Jupyter does not show its answer (scripts/notebook_predictions.py); the site
-# drops the fold (book/_ext/prediction.py).
-FOLD_OPEN = ('<details class="prediction-source"><summary>예측 상자의 원본(정답이 들어 있습니다). '
+# In the notebook what states an answer is folded so Jupyter does not show it before the reader chooses: a box (the
+# whole block, scripts/notebook_predictions.py) and the claim and measurement of a key box that awaits a core box.
+# The site drops the folds (book/_ext/prediction.py).
+FOLD_CLASS = "prediction-source"
+FOLD_OPEN = (f'<details class="{FOLD_CLASS}"><summary>예측 상자의 원본(정답이 들어 있습니다). '
              '아래 셀을 실행해 먼저 고르세요.</summary>')
+KEY_FOLD_OPEN = (f'<details class="{FOLD_CLASS}"><summary>이 장의 주장과 측정값(핵심 예측의 답이 들어 있습니다). '
+                 '그 예측을 고른 뒤 여세요.</summary>')
 FOLD_CLOSE = "</details>"
 GLUE_PREFIX = "application/papermill.record/"  # myst_nb.glue(..., display=False) writes its value under this prefix
 GLUED: dict[str, str] = {}  # in a Jupyter kernel: the text of every value a cell glued so far, by key

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import notebook_predictions as layout  # noqa: E402
 
-from labs.prediction import BOOK, FOLD_CLOSE, FOLD_OPEN, GLUED, Prediction, measuring_cells, notebook_boxes, parse  # noqa: E402
+from labs.prediction import BOOK, FOLD_CLOSE, FOLD_OPEN, GLUED, KEY_FOLD_OPEN, Prediction, measuring_cells, notebook_boxes, parse  # noqa: E402
 from labs.widgets import prediction as live  # noqa: E402
 
 REPO = BOOK.parent
@@ -58,6 +58,23 @@ def test_every_box_of_the_book_sits_folded_with_its_ask_cell():
                 assert text.startswith(FOLD_OPEN) and text.endswith(FOLD_CLOSE), f"{path.name} {found[0].pid}: 접히지 않음"
                 assert f'ask("{found[0].pid}")' in layout.source(cells[i + 1])
                 assert "remove-cell" in cells[i + 1]["metadata"]["tags"], "사이트에는 ask 셀이 보이지 않아야 합니다"
+
+
+def test_a_key_box_keeps_the_answer_it_states_folded_in_the_notebook():
+    """The key box of a chapter that awaits a core box (``awaits-<id>``) states that box's answer: in Jupyter its
+    claim and measurement sit in the fold the site drops (book/_ext/prediction.py), nothing else of it does."""
+    found = 0
+    for path in sorted(BOOK.glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            text = layout.source(cell)
+            if cell["cell_type"] != "markdown" or "awaits-" not in text:
+                continue
+            found += 1
+            start, end = text.index(KEY_FOLD_OPEN), text.index(FOLD_CLOSE)
+            inside, outside = text[start:end], text[:start] + text[end:]
+            assert "**주장**" in inside and "**측정**" in inside, f"{path.name}: 주장과 측정이 접기 안에 없습니다"
+            assert "**주장**" not in outside and "**측정**" not in outside, f"{path.name}: 접기 밖에 주장·측정이 있습니다"
+    assert found == 3, f"예측을 기다리는 핵심 상자 {found}개 (1–3장에 하나씩이어야 합니다)"
 
 
 def test_the_layout_check_catches_a_shared_cell_and_a_lost_ask_cell(tmp_path):

@@ -24,7 +24,7 @@ from minibook import REPO, build, make_book  # noqa: E402
 from page_visit import watched_page  # noqa: E402
 from site_server import poll  # noqa: E402
 
-from labs.prediction import FOLD_CLOSE, FOLD_OPEN, Prediction, parse  # noqa: E402
+from labs.prediction import FOLD_CLOSE, FOLD_OPEN, KEY_FOLD_OPEN, Prediction, parse  # noqa: E402
 
 BOOK = REPO / "book"
 # Chapters whose boxes are all predictions now (6 still has collapsed admonitions).
@@ -173,10 +173,24 @@ BOXES = FOLD_OPEN + """
 """
 
 
+KEY = f""":::{{admonition}} 이 장의 핵심
+:class: chapter-key awaits-ch1-calls-choice
+{KEY_FOLD_OPEN}
+
+**주장**: 비밀 주장입니다.
+
+{FOLD_CLOSE}
+
+**코드 지도**: 보이는 줄입니다.
+:::
+
+"""
+
+
 @pytest.fixture(scope="module")
 def mini_site(tmp_path_factory) -> Path:
     book = make_book(tmp_path_factory.mktemp("predictions"),
-                     {"book/intro.md": INTRO, "book/01_structure.ipynb": _notebook(BOXES, GLUE)})
+                     {"book/intro.md": INTRO, "book/01_structure.ipynb": _notebook(KEY + BOXES, GLUE)})
     proc = build(book)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return book / "_build" / "html"
@@ -188,6 +202,8 @@ def test_rendered_box_shows_question_and_hides_answer(mini_site):
     soup = BeautifulSoup((mini_site / "book" / "01_structure.html").read_text(encoding="utf-8"), "html.parser")
     box = soup.select_one('.ddp-prediction[data-pid="ch1-calls-choice"]')
     assert box.find_parent("details") is None and not soup.select(".prediction-source"), "노트북의 접기가 사이트에 남았습니다"
+    claim = soup.select_one(".chapter-key.awaits-ch1-calls-choice").find("strong", string="주장").parent
+    assert claim.parent.select_one(".admonition-title") is not None, "핵심 상자의 주장이 접기에서 나오지 않았습니다"
     question = box.select_one(".ddp-prediction-question")
     assert "몇 번 부를까요" in question.get_text() and question.find_parent(attrs={"hidden": True}) is None
     buttons = box.select("button.ddp-prediction-choice")

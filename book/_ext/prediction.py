@@ -36,8 +36,9 @@ warns (and ``-W`` fails) when no box of the page has that id.
 
 In live Jupyter (which renders markdown, not MyST directives) the block sits in a closed ``<details>`` fold and
 the ``ask`` cell under it shows the same box as widgets, holding the measuring cells' outputs until the reader
-chooses (labs/widgets/prediction.py; the layout is scripts/notebook_predictions.py's). The site drops the fold
-(:func:`_drop_notebook_folds`) and removes that cell.
+chooses (labs/widgets/prediction.py; the layout is scripts/notebook_predictions.py's); a key box that awaits a box
+keeps its claim and measurement in such a fold too. The site drops the folds (:func:`_drop_notebook_folds`) and
+removes that cell.
 """
 
 from __future__ import annotations
@@ -423,13 +424,22 @@ def _check_awaits(app: Sphinx, doctree) -> None:
 
 
 def _drop_notebook_folds(app: Sphinx, doctree) -> None:
-    """The ``<details>`` a notebook keeps a box in (``labs.prediction.FOLD_OPEN`` … ``FOLD_CLOSE``) is for Jupyter."""
-    from labs.prediction import FOLD_CLOSE, FOLD_OPEN
+    """The ``<details class="prediction-source">`` folds a notebook keeps a box, or a key box's claim, in (for
+    Jupyter: ``labs.prediction``) are dropped with their closing tag, the next ``</details>`` beside them."""
+    from labs.prediction import FOLD_CLASS, FOLD_CLOSE
 
     for node in list(doctree.findall(nodes.raw)):
-        before = node.parent[node.parent.index(node) - 1] if node.parent.index(node) else None
-        if node.astext().strip() == FOLD_OPEN or (node.astext().strip() == FOLD_CLOSE and isinstance(before, prediction)):
-            node.parent.remove(node)
+        if node.parent is None or not node.astext().startswith(f'<details class="{FOLD_CLASS}">'):
+            continue
+        parent = node.parent
+        after = parent.children[parent.index(node) + 1:]
+        close = next((n for n in after if isinstance(n, nodes.raw) and n.astext().strip() == FOLD_CLOSE), None)
+        if close is None:
+            logger.warning(f"노트북의 접기 {node.astext().strip()[:40]}…에 닫는 {FOLD_CLOSE}가 같은 블록 안에 없습니다.",
+                           location=node)
+            continue
+        parent.remove(close)
+        parent.remove(node)
 
 
 def _purge(app: Sphinx, env, docname: str) -> None:
