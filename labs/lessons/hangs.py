@@ -36,7 +36,7 @@ from ..params import Float, Int
 from ..registry import Lab
 from ..result import Summary, check_at_least, check_equal, check_true, not_applicable
 from ..tools import flight_recorder, pyspy
-from ..tools.hangs import HANG_MARK, _store, fall_behind, is_skipper, one_all_reduce_fewer, skip_barrier
+from ..tools.hangs import HANG_MARK, default_store, fall_behind, is_skipper, one_all_reduce_fewer, skip_barrier
 
 # gloo's own words (torch 2.13): rank 0 names the ranks that never arrived; the others only wait for rank 0.
 NAMED_RANKS = re.compile(r"Ranks? ([\d, ]+?) (?:failed to pass|timed out in) monitoredBarrier")
@@ -57,7 +57,7 @@ def read_stacks_later(ctx: RankContext, pids: list[int], timeout_s: float) -> St
     Its ``result`` is ``[{"pid", "frames", "error"}]`` per rank (``frames``: main thread, innermost first)."""
     def read():
         keys, deadline = [f"hangs/waiting/{r}" for r in range(ctx.world_size - 1)], time.monotonic() + timeout_s
-        while not _store().check(keys):  # 주 스레드도 같은 store를 쓰므로 오래 붙잡는 wait 대신 짧게 묻는다
+        while not default_store().check(keys):  # 주 스레드도 같은 store를 쓰므로 오래 붙잡는 wait 대신 짧게 묻는다
             if time.monotonic() > deadline:
                 thread.result = [{"pid": pid, "frames": [], "error": "기다리는 랭크의 신호가 timeout 안에 오지 않음"}
                                  for pid in pids]

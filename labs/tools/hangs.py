@@ -47,7 +47,7 @@ def one_all_reduce_fewer(ctx: RankContext, group, collectives: int) -> str:
         dist.all_reduce(x, group=group)
     if is_skipper(ctx):
         return ""  # 이 랭크는 마지막 all_reduce를 건너뛴다
-    _store().set(f"hangs/waiting/{ctx.rank}", "1")  # 스택을 읽는 쪽에 "이제 기다린다"고 알린다
+    default_store().set(f"hangs/waiting/{ctx.rank}", "1")  # 스택을 읽는 쪽에 "이제 기다린다"고 알린다
     try:
         with quiet_stderr():
             dist.all_reduce(x, group=group)  # 멈춘 자리: 상대가 오지 않으므로 그룹의 timeout에 끝난다
@@ -56,7 +56,8 @@ def one_all_reduce_fewer(ctx: RankContext, group, collectives: int) -> str:
         return str(exc)
 
 
-def _store():
+def default_store():
+    """The process group's key-value store (the launcher's TCPStore): ranks leave small notes there."""
     return dist.distributed_c10d._get_default_store()
 
 
