@@ -15,13 +15,14 @@ Run it after writing a box. The text around a block keeps its order and its cell
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from labs.prediction import BLOCK, BOOK, FOLD_CLOSE, FOLD_OPEN, source  # noqa: E402
+from notebook_setup_cell import cli, rewrite  # noqa: E402
+
+from labs.prediction import BLOCK, FOLD_CLOSE, FOLD_OPEN, source  # noqa: E402
 
 ASK_TAGS = ["remove-cell"]
 
@@ -41,7 +42,7 @@ def _is_ask_cell(cell: dict) -> bool:
         "labs.widgets.prediction" in source(cell)
 
 
-def laid_out(cells: list[dict]) -> list[dict]:
+def laid_out(cells: list[dict], _path: Path | None = None) -> list[dict]:
     """The cells with every block alone in a folded cell, followed by its ask cell."""
     out: list[dict] = []
     for cell in cells:
@@ -79,26 +80,12 @@ def problems(path: Path) -> list[str]:
 
 def apply(path: Path) -> bool:
     """Lay the notebook out so; True when the file changed."""
-    text = path.read_text(encoding="utf-8")
-    notebook = json.loads(text)
-    notebook["cells"] = laid_out(notebook["cells"])
-    new = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-    return new != text
+    return rewrite(path, laid_out)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="book/*.ipynb의 예측 상자를 라이브 Jupyter에 맞게 셀로 나누거나 검사합니다.")
-    parser.add_argument("--check", action="store_true", help="고치지 않고 검사만 (문제가 있으면 종료 코드 1)")
-    args = parser.parse_args()
-    notebooks = sorted(BOOK.glob("*.ipynb"))
-    if args.check:
-        found = [problem for path in notebooks for problem in problems(path)]
-        print("\n".join(found) or "모든 예측 상자가 자기 셀에 있고 ask 셀이 뒤따릅니다.")
-        sys.exit(1 if found else 0)
-    changed = [path.name for path in notebooks if apply(path)]
-    print(f"고친 노트북 {len(changed)}개: {', '.join(changed) or '없음'}")
+    cli("book/*.ipynb의 예측 상자를 라이브 Jupyter에 맞게 셀로 나누거나 검사합니다.",
+        "모든 예측 상자가 자기 셀에 있고 ask 셀이 뒤따릅니다.", problems, laid_out)
 
 
 if __name__ == "__main__":

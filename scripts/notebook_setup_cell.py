@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 TAG = "course-setup"
@@ -55,28 +56,40 @@ def problems(path: Path) -> list[str]:
     return []
 
 
-def apply(path: Path) -> bool:
-    """Insert or update the cell; True when the file changed."""
+Edit = Callable[[list[dict], Path], list[dict]]  # a notebook's cells (and its path) → the cells it should have
+
+
+def rewrite(path: Path, edit: Edit) -> bool:
+    """Write the notebook with ``edit(cells, path)`` as its cells (the book's JSON layout); True when it changed."""
     text = path.read_text(encoding="utf-8")
     notebook = json.loads(text)
-    cells = [cell for cell in notebook["cells"] if not is_setup_cell(cell)]
-    notebook["cells"] = [setup_cell(path.name), *cells]
+    notebook["cells"] = edit(notebook["cells"], path)
     new = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
     if new != text:
         path.write_text(new, encoding="utf-8")
     return new != text
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="book/*.ipynb의 첫 셀(실행 안내)을 넣거나 검사합니다.")
+def cli(description: str, all_right: str, problems: Callable[[Path], list[str]], edit: Edit) -> None:
+    """A notebook script's command line: fix every book/*.ipynb with ``edit``, or only check (``--check``)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="고치지 않고 검사만 (문제가 있으면 종료 코드 1)")
     args = parser.parse_args()
     if args.check:
         found = [problem for path in notebooks() for problem in problems(path)]
-        print("\n".join(found) or "모든 노트북의 첫 셀이 실행 안내입니다.")
+        print("\n".join(found) or all_right)
         sys.exit(1 if found else 0)
-    changed = [path.name for path in notebooks() if apply(path)]
+    changed = [path.name for path in notebooks() if rewrite(path, edit)]
     print(f"고친 노트북 {len(changed)}개: {', '.join(changed) or '없음'}")
+
+
+def with_setup_cell(cells: list[dict], path: Path) -> list[dict]:
+    return [setup_cell(path.name), *(cell for cell in cells if not is_setup_cell(cell))]
+
+
+def main() -> None:
+    cli("book/*.ipynb의 첫 셀(실행 안내)을 넣거나 검사합니다.", "모든 노트북의 첫 셀이 실행 안내입니다.", problems,
+        with_setup_cell)
 
 
 if __name__ == "__main__":
