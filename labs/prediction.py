@@ -2,8 +2,8 @@
 
 A box is a fenced ``{prediction}`` block in a markdown cell (book/_ext/prediction.py renders it on the site;
 labs/widgets/prediction.py in live Jupyter). The cells that measure what it asks are the code cells after it, up
-to the next box or the next chapter/section heading (``#`` or ``##``), quiz cells and the box's own live cell left out: the same stretch
-the site folds until the reader commits (an H2 section, from the box on).
+to the next box or the next chapter/section heading (``#`` or ``##``), quiz cells and the box's own live cell left
+out: the same stretch the site folds until the reader commits (an H2 section, from the box on).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ BOOK = Path(__file__).resolve().parent.parent / "book"
 BLOCK = re.compile(r"^```\{prediction\}[ \t]+(\S+)\n(.*?)^```[ \t]*$", re.M | re.S)
 _OPTION = re.compile(r"^:(\w+):[ \t]*(.*)$")
 _SECTION = re.compile(r"^#{1,2} ", re.M)
+_TOLERANCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 # In the notebook what states an answer is folded so Jupyter does not show it before the reader chooses: a box (the
 # whole block, scripts/notebook_predictions.py) and the claim and measurement of a key box that awaits a core box.
 # The site drops the folds (book/_ext/prediction.py).
@@ -54,6 +55,15 @@ class Prediction:
         """The correct choice, 1-based (0 for a number box)."""
         text = self.options.get("answer", "")
         return int(text) if text.isdigit() else 0
+
+
+def tolerance(text: str, value: float) -> float:
+    """A number box's ``:tolerance:`` around the measured ``value``: absolute (``0.5``) or relative (``20%``).
+    ValueError when the text is neither."""
+    m = _TOLERANCE.match(text or "")
+    if not m:
+        raise ValueError(text)
+    return abs(value) * float(m.group(1)) / 100 if m.group(2) else float(m.group(1))
 
 
 def parse(text: str) -> list[Prediction]:

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import notebook_predictions as layout  # noqa: E402
 
-from labs.prediction import BOOK, FOLD_CLOSE, FOLD_OPEN, GLUED, KEY_FOLD_OPEN, Prediction, measuring_cells, notebook_boxes, parse  # noqa: E402
+from labs.prediction import BOOK, FOLD_CLOSE, FOLD_OPEN, GLUED, KEY_FOLD_OPEN, Prediction, measuring_cells, notebook_boxes, parse, tolerance  # noqa: E402
 from labs.widgets import prediction as live  # noqa: E402
 
 REPO = BOOK.parent
@@ -149,6 +149,9 @@ def test_a_number_box_waits_for_the_measured_value():
     assert "실제로 잰 값: (아래 측정 셀을 실행하면 채워집니다)" in box.result.value and "맞혔" not in box.result.value
     box.hold(_captured(glued={"ch9-n-value": 100}))
     assert "○ 맞혔습니다. 내 예측: 95 / 실제로 잰 값: 100 (±10 안이면 맞힘)" in box.result.value
+    assert tolerance("0.5", 100) == 0.5 and tolerance("20%", -50) == 10
+    with pytest.raises(ValueError):
+        tolerance("약 1", 100)
 
 
 def test_the_html_keeps_math_for_mathjax_and_shows_roles_as_text():

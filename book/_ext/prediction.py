@@ -57,7 +57,6 @@ from sphinx.util.docutils import SphinxDirective
 STORAGE_KEY = "ddp-course-predictions"  # localStorage key of the reader's guesses (this page script, progress table)
 _ID = re.compile(r"^ch(\d+)[a-z]?-[a-z0-9]+(?:-[a-z0-9]+)*$")
 _CHAPTER = re.compile(r"(?:^|/)(\d\d)([a-z]?)_[^/]*$")
-_TOLERANCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 
 logger = logging.getLogger(__name__)
 
@@ -131,13 +130,6 @@ def _depart_other(self, node):
 def _chapter_prefix(docname: str) -> str | None:
     m = _CHAPTER.search(docname)
     return f"ch{int(m.group(1))}{m.group(2)}-" if m else None
-
-
-def _parse_tolerance(text: str) -> tuple[float, bool]:
-    m = _TOLERANCE.match(text or "")
-    if not m:
-        raise ValueError
-    return float(m.group(1)), m.group(2) == "%"
 
 
 class PredictionDirective(SphinxDirective):
@@ -214,9 +206,11 @@ class PredictionDirective(SphinxDirective):
         from myst_nb.core.variables import RetrievalError
         from myst_nb.ext.glue.utils import retrieve_glue_data
 
+        from labs.prediction import tolerance
+
         key = self.options["number"].strip()
         try:
-            tolerance, relative = _parse_tolerance(self.options.get("tolerance", ""))
+            tolerance(self.options.get("tolerance", ""), 1.0)
         except ValueError:
             return self._fail(":number:에는 :tolerance:(예: 0.5 또는 20%)가 있어야 합니다.")
         try:
@@ -227,7 +221,7 @@ class PredictionDirective(SphinxDirective):
         if not math.isfinite(value):
             return self._fail(f"glue 값 {key}가 유한한 숫자가 아닙니다: {value}")
         box["kind"], box["value"] = "number", value
-        box["tolerance"] = abs(value) * tolerance / 100 if relative else tolerance
+        box["tolerance"] = tolerance(self.options["tolerance"], value)
         box += prediction_number(pid=pid)
         return None
 

@@ -20,12 +20,11 @@ import sys
 from html import escape
 from typing import Any
 
-from labs.prediction import GLUE_PREFIX, GLUED, Prediction, chapter_notebook, notebook_boxes, remember_glue
+from labs.prediction import GLUE_PREFIX, GLUED, Prediction, chapter_notebook, notebook_boxes, remember_glue, tolerance
 
 _ROLE = re.compile(r"\{([\w:-]+)\}`([^`]*)`")
 _MATH = re.compile(r"\$[^$\n]+\$")
 _PENDING = "(아래 측정 셀을 실행하면 채워집니다)"
-_TOLERANCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 
 _boxes: dict[str, "LiveBox"] = {}
 _measuring: dict[str, str] = {}  # a measuring cell's source (stripped) → its box's id
@@ -109,11 +108,9 @@ class LiveBox:
         value = self._target()
         if value is None:
             return None, f"{self.guess:g}", _PENDING
-        m = _TOLERANCE.match(self.box.options.get("tolerance", "0"))
-        tolerance = float(m.group(1)) if m else 0.0
-        tolerance = abs(value) * tolerance / 100 if m and m.group(2) else tolerance
-        hit = abs(self.guess - value) <= tolerance + 1e-12 * abs(value)
-        return hit, f"{self.guess:g}", f"{value:g} (±{tolerance:g} 안이면 맞힘)"
+        allowed = tolerance(self.box.options.get("tolerance", ""), value)  # 원본 검사가 형식을 보장한다
+        hit = abs(self.guess - value) <= allowed + 1e-12 * abs(value)
+        return hit, f"{self.guess:g}", f"{value:g} (±{allowed:g} 안이면 맞힘)"
 
     def _show_answer(self) -> None:
         hit, mine, right = self._verdict()
